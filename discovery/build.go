@@ -1,0 +1,204 @@
+package discovery
+
+import (
+	"slices"
+	"strings"
+	"time"
+
+	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
+
+	"github.com/skewgate/skewgate/internal/wire"
+)
+
+// Document is one fetched aggregated discovery document (/api or /apis) of one upstream.
+type Document struct {
+	Groups []apidiscoveryv2.APIGroupDiscovery
+	// Hash identifies the raw body: equal hashes mean identical documents, so a merge over many
+	// upstreams of one version does the work once.
+	Hash string
+}
+
+// UpstreamFacts is everything known about one upstream when a Topology is built.
+type UpstreamFacts struct {
+	Upstream // Cluster and Resources are filled in by Build
+	// API and APIs are nil until discovery was fetched once.
+	API, APIs *Document
+}
+
+// standardVerbs are the verbs aggregated discovery lists; each gets its own capable set per key.
+var standardVerbs = [...]string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}
+
+func verbIndex(v string) int {
+	for i, s := range standardVerbs {
+		if s == v {
+			return i
+		}
+	}
+	return -1
+}
+
+// bitset is a set of upstream indexes.
+type bitset []uint64
+
+func newBitset(n int) bitset         { return make(bitset, (n+63)/64) }
+func (b bitset) set(i int)           { b[i/64] |= 1 << (i % 64) }
+func (b bitset) has(i int) bool      { return b[i/64]&(1<<(i%64)) != 0 }
+func (b bitset) equal(o bitset) bool { return slices.Equal(b, o) }
+func (b bitset) key() string         { return string(bitsetBytes(b)) }
+func (b bitset) empty() bool {
+	for _, w := range b {
+		if w != 0 {
+			return false
+		}
+	}
+	return true
+}
+func (b bitset) intersects(o bitset) bool {
+	for i := range b {
+		if b[i]&o[i] != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func bitsetBytes(b bitset) []byte {
+	out := make([]byte, 0, len(b)*8)
+	for _, w := range b {
+		for s := 0; s < 64; s += 8 {
+			out = append(out, byte(w>>s))
+		}
+	}
+	return out
+}
+
+// capability accumulates, for one resource key, which upstreams serve it and with which verbs.
+type capability struct {
+	servers bitset
+	verbs   [len(standardVerbs)]bitset
+}
+
+// Build makes a Topology from facts. It is a pure function: the same facts give the same Topology
+// (but for Version and Generated).
+func Build(version string, now time.Time, facts []UpstreamFacts) *Topology {
+	facts = slices.Clone(facts)
+	slices.SortFunc(facts, func(a, b UpstreamFacts) int { return strings.Compare(a.Name, b.Name) })
+	n := len(facts)
+	t := &Topology{Version: version, Generated: now, Upstreams: make([]Upstream, n), routes: map[ResourceKey]route{}}
+
+	all, ready := newBitset(n), newBitset(n)
+	caps := map[ResourceKey]*capability{}
+	for i, f := range facts {
+		all.set(i)
+		if f.Ready {
+			ready.set(i)
+		}
+		u := f.Upstream
+		u.Cluster = wire.UpstreamCluster(u.Name)
+		u.Capabilities = f.APIs != nil || f.API != nil
+		for _, doc := range []*Document{f.API, f.APIs} {
+			if doc == nil {
+				continue
+			}
+			u.Resources += addCapabilities(caps, doc.Groups, i, n)
+		}
+		t.Upstreams[i] = u
+	}
+
+	names := func(s bitset) []string {
+		var out []string
+		for i := range n {
+			if s.has(i) {
+				out = append(out, facts[i].Name)
+			}
+		}
+		return out
+	}
+	clusterOf := map[string]string{} // bitset key -> cluster
+	sets := map[string]CapabilitySet{}
+	decide := func(s bitset) Decision {
+		switch {
+		case s.equal(all):
+			return Decision{Action: ActionDefault}
+		case !s.intersects(ready):
+			return Decision{Action: ActionUnavailable}
+		}
+		k := s.key()
+		c, ok := clusterOf[k]
+		if !ok {
+			members := names(s)
+			c = wire.SetCluster(members)
+			clusterOf[k] = c
+			if len(members) > 1 {
+				sets[c] = CapabilitySet{Cluster: c, Members: members}
+			}
+		}
+		return Decision{Action: ActionRoute, Cluster: c}
+	}
+	for key, c := range caps {
+		r := route{Decision: decide(c.servers)}
+		for vi, vs := range c.verbs {
+			if vs == nil || vs.equal(c.servers) {
+				continue
+			}
+			if d := decide(vs); d != r.Decision {
+				if r.byVerb == nil {
+					r.byVerb = map[string]Decision{}
+				}
+				r.byVerb[standardVerbs[vi]] = d
+			}
+		}
+		t.routes[key] = r
+	}
+	for _, s := range sets {
+		t.Sets = append(t.Sets, s)
+	}
+	slices.SortFunc(t.Sets, func(a, b CapabilitySet) int { return strings.Compare(a.Cluster, b.Cluster) })
+
+	var apiDocs, apisDocs []*Document
+	for _, f := range facts {
+		apiDocs = append(apiDocs, f.API)
+		apisDocs = append(apisDocs, f.APIs)
+	}
+	t.API = mergedDocument(apiDocs)
+	t.APIs = mergedDocument(apisDocs)
+	return t
+}
+
+// addCapabilities records that upstream i serves every resource (and subresource) in groups and
+// returns how many keys that is.
+func addCapabilities(caps map[ResourceKey]*capability, groups []apidiscoveryv2.APIGroupDiscovery, i, n int) int {
+	count := 0
+	add := func(key ResourceKey, verbs []string) {
+		c := caps[key]
+		if c == nil {
+			c = &capability{servers: newBitset(n)}
+			caps[key] = c
+		}
+		c.servers.set(i)
+		for _, v := range verbs {
+			if vi := verbIndex(v); vi >= 0 {
+				if c.verbs[vi] == nil {
+					c.verbs[vi] = newBitset(n)
+				}
+				c.verbs[vi].set(i)
+			}
+		}
+		count++
+	}
+	for gi := range groups {
+		g := &groups[gi]
+		for vi := range g.Versions {
+			v := &g.Versions[vi]
+			for ri := range v.Resources {
+				r := &v.Resources[ri]
+				add(ResourceKey{Group: g.Name, Version: v.Version, Resource: r.Resource}, r.Verbs)
+				for si := range r.Subresources {
+					s := &r.Subresources[si]
+					add(ResourceKey{Group: g.Name, Version: v.Version, Resource: r.Resource, Subresource: s.Subresource}, s.Verbs)
+				}
+			}
+		}
+	}
+	return count
+}

@@ -1,0 +1,189 @@
+package discovery
+
+import (
+	"slices"
+	"time"
+
+	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
+)
+
+// ResourceKey names what a request addresses: group/version/resource, plus the subresource where
+// there is one. The core group is "".
+type ResourceKey struct {
+	Group, Version, Resource, Subresource string
+}
+
+// Action is what the front does with a request for a resource.
+type Action uint8
+
+const (
+	// ActionDefault: no routing header; the default route balances over every upstream. Used when
+	// every upstream serves the resource, and when none does (an apiserver answers its genuine 404).
+	ActionDefault Action = iota
+	// ActionRoute: send the request to Decision.Cluster, which holds exactly the capable upstreams.
+	ActionRoute
+	// ActionUnavailable: capable upstreams exist but none is ready: answer 503, never 404.
+	ActionUnavailable
+)
+
+func (a Action) String() string {
+	switch a {
+	case ActionRoute:
+		return "route"
+	case ActionUnavailable:
+		return "unavailable"
+	default:
+		return "default"
+	}
+}
+
+// Decision is the routing answer for one resource (and verb).
+type Decision struct {
+	Action  Action
+	Cluster string // set for ActionRoute
+}
+
+// route is the decision for a resource key, with overrides for verbs whose capable set differs.
+type route struct {
+	Decision
+	byVerb map[string]Decision // nil for almost every key
+}
+
+// Source says where an upstream came from.
+type Source string
+
+const (
+	SourceLease       Source = "lease"        // identity Lease with an allowed peer-advertise-address
+	SourceStatic      Source = "static"       // static configuration only
+	SourceLeaseStatic Source = "lease+static" // identity Lease matched to a static entry by hostname
+)
+
+// Upstream is one apiserver as the Topology sees it.
+type Upstream struct {
+	// Name is the apiserver's hostname (identity Lease label) or its static name; it is the key.
+	Name    string `json:"name"`
+	Cluster string `json:"cluster"`
+	Address string `json:"address"` // ip:port
+	Source  Source `json:"source"`
+	// LeaseName and Holder identify the identity Lease, if any.
+	LeaseName string `json:"leaseName,omitempty"`
+	Holder    string `json:"holder,omitempty"`
+	Version   string `json:"version,omitempty"` // gitVersion from /version
+	Ready     bool   `json:"ready"`
+	// Capabilities is false until discovery was fetched once; Stale is true while the last fetch
+	// failed and the last known documents are still used.
+	Capabilities bool `json:"capabilities"`
+	Stale        bool `json:"stale,omitempty"`
+	Resources    int  `json:"resources"` // resource keys it serves
+}
+
+// CapabilitySet is a group of two or more upstreams that together are exactly the servers of some
+// resource. xds makes one cluster per set; a set of one is that upstream's own cluster.
+type CapabilitySet struct {
+	Cluster string   `json:"cluster"`
+	Members []string `json:"members"`
+}
+
+// MergedDiscovery is a peer-aggregated discovery document and its identity.
+type MergedDiscovery struct {
+	List apidiscoveryv2.APIGroupDiscoveryList
+	// JSON is List serialized; ETag is its SHA-512 in upper-case hex, as the apiserver computes it
+	// (k8s.io/apiserver pkg/endpoints/discovery/aggregated/etag.go).
+	JSON []byte
+	ETag string
+}
+
+// Topology is an immutable picture of the upstreams and what they serve. Never modify one: build a
+// new one.
+type Topology struct {
+	// Version never repeats, also across restarts of skewgate.
+	Version   string
+	Generated time.Time
+	// Upstreams sorted by name.
+	Upstreams []Upstream
+	// Sets used by any decision, sorted by cluster name.
+	Sets []CapabilitySet
+	// API is the merged /api (core group) document, APIs the merged /apis document.
+	API, APIs MergedDiscovery
+
+	routes map[ResourceKey]route
+}
+
+// Decide returns what to do with a request for key and verb (get, list, watch, create, update,
+// patch, delete, deletecollection, ...). Unknown keys get ActionDefault: nobody serves them, so any
+// apiserver's 404 is the truth.
+func (t *Topology) Decide(key ResourceKey, verb string) Decision {
+	r, ok := t.routes[key]
+	if !ok {
+		return Decision{}
+	}
+	if r.byVerb != nil {
+		if d, ok := r.byVerb[verb]; ok {
+			return d
+		}
+	}
+	return r.Decision
+}
+
+// Upstream returns the upstream with the given name.
+func (t *Topology) Upstream(name string) (Upstream, bool) {
+	i, ok := slices.BinarySearchFunc(t.Upstreams, name, func(u Upstream, n string) int {
+		switch {
+		case u.Name < n:
+			return -1
+		case u.Name > n:
+			return 1
+		}
+		return 0
+	})
+	if !ok {
+		return Upstream{}, false
+	}
+	return t.Upstreams[i], true
+}
+
+// Clusters returns every cluster a decision may name, plus AllCluster's members: the per-upstream
+// clusters and the set clusters.
+func (t *Topology) Clusters() []string {
+	out := make([]string, 0, len(t.Upstreams)+len(t.Sets))
+	for _, u := range t.Upstreams {
+		out = append(out, u.Cluster)
+	}
+	for _, s := range t.Sets {
+		out = append(out, s.Cluster)
+	}
+	return out
+}
+
+// SkewedResource is a resource not served by every upstream.
+type SkewedResource struct {
+	Key      ResourceKey `json:"key"`
+	Verb     string      `json:"verb,omitempty"` // set when only this verb differs
+	Decision string      `json:"decision"`
+	Cluster  string      `json:"cluster,omitempty"`
+}
+
+// Skewed lists the resources (and verbs) that do not take the default route, sorted.
+func (t *Topology) Skewed() []SkewedResource {
+	var out []SkewedResource
+	for k, r := range t.routes {
+		if r.Action != ActionDefault {
+			out = append(out, SkewedResource{Key: k, Decision: r.Action.String(), Cluster: r.Cluster})
+		}
+		for v, d := range r.byVerb {
+			out = append(out, SkewedResource{Key: k, Verb: v, Decision: d.Action.String(), Cluster: d.Cluster})
+		}
+	}
+	slices.SortFunc(out, func(a, b SkewedResource) int {
+		for _, c := range [][2]string{{a.Key.Group, b.Key.Group}, {a.Key.Version, b.Key.Version}, {a.Key.Resource, b.Key.Resource}, {a.Key.Subresource, b.Key.Subresource}, {a.Verb, b.Verb}} {
+			if c[0] != c[1] {
+				if c[0] < c[1] {
+					return -1
+				}
+				return 1
+			}
+		}
+		return 0
+	})
+	return out
+}

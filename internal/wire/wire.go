@@ -1,0 +1,73 @@
+// Package wire is the contract between the Envoy config that xds serves, the ext_proc service and the
+// bootstrap: header names, cluster names and the ext_proc processing mode. Everything that both sides
+// must agree on lives here and nowhere else.
+package wire
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"slices"
+	"strings"
+)
+
+const (
+	// RouteHeader carries the cluster ext_proc chose. The route table has a route that matches on its
+	// presence and takes the cluster from it (RouteAction.cluster_header); without it the default
+	// route balances over AllCluster. Clients' copies are removed before ext_proc runs.
+	RouteHeader = "x-skewgate-cluster"
+
+	// AllCluster balances over every known upstream; requests without RouteHeader go there.
+	AllCluster = "skewgate-all"
+
+	// ExtProcCluster is the gRPC cluster through which Envoy reaches the ext_proc service.
+	ExtProcCluster = "skewgate-extproc"
+
+	// XDSCluster is the gRPC cluster through which Envoy reaches the ADS server (bootstrap only).
+	XDSCluster = "skewgate-xds"
+
+	// ListenerName and RouteConfigName name the single front listener and its route table.
+	ListenerName    = "skewgate-front"
+	RouteConfigName = "skewgate-routes"
+
+	// upstreamPrefix and setPrefix start the names of per-upstream and capability-set clusters.
+	upstreamPrefix = "skewgate-upstream-"
+	setPrefix      = "skewgate-set-"
+
+	// UpstreamSNI is the server name skewgate and Envoy verify every apiserver certificate against:
+	// every apiserver serving certificate carries it (REFERENCE.md §6).
+	UpstreamSNI = "kubernetes.default.svc"
+)
+
+// Identity headers the apiserver's request-header authenticator trusts from the front-proxy client
+// certificate (k8s.io/apiserver/pkg/authentication/request/headerrequest). The front removes every
+// client copy and sets them itself only from a verified client certificate.
+const (
+	RemoteUserHeader    = "x-remote-user"
+	RemoteGroupHeader   = "x-remote-group"
+	RemoteUIDHeader     = "x-remote-uid"
+	RemoteExtraPrefix   = "x-remote-extra-"
+	ForwardedCertHeader = "x-forwarded-client-cert"
+)
+
+// UpstreamCluster names the cluster that holds exactly one upstream.
+func UpstreamCluster(upstream string) string { return upstreamPrefix + upstream }
+
+// SetCluster names the cluster for a set of upstreams (names, in any order). A set of one is that
+// upstream's own cluster; larger sets get a name derived from their sorted members, so the same set
+// keeps the same cluster across Topology versions and restarts (make-before-break relies on it).
+func SetCluster(members []string) string {
+	if len(members) == 1 {
+		return UpstreamCluster(members[0])
+	}
+	h := sha256.New()
+	for _, m := range slices.Sorted(slices.Values(members)) {
+		h.Write([]byte(m))
+		h.Write([]byte{0})
+	}
+	return setPrefix + hex.EncodeToString(h.Sum(nil))[:12]
+}
+
+// IsSkewgateCluster reports whether name is one that skewgate generates for upstreams.
+func IsSkewgateCluster(name string) bool {
+	return name == AllCluster || strings.HasPrefix(name, upstreamPrefix) || strings.HasPrefix(name, setPrefix)
+}

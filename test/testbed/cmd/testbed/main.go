@@ -1,0 +1,165 @@
+// Command testbed runs the test control plane by hand: `testbed up` starts etcd and the default
+// skewed apiservers and prints how to reach them; `testbed down` stops them.
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/skewgate/skewgate/test/testbed"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: testbed up|down --dir DIR [--detach] [--peer-proxy]")
+		os.Exit(2)
+	}
+	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
+	dir := fs.String("dir", ".testbed/run", "working folder (certificates, data, logs, kubeconfigs)")
+	detach := fs.Bool("detach", false, "up: run in the background and return once ready")
+	peerProxy := fs.Bool("peer-proxy", false, "up: turn the in-tree Mixed Version Proxy on for every apiserver")
+	notifyFD := fs.Int("notify-fd", 0, "internal: file descriptor to report readiness on")
+	_ = fs.Parse(os.Args[2:])
+	abs, err := filepath.Abs(*dir)
+	if err != nil {
+		fatal(err)
+	}
+	switch os.Args[1] {
+	case "up":
+		if *detach {
+			fatal(upDetached(abs, *peerProxy))
+		}
+		fatal(up(abs, *peerProxy, *notifyFD))
+	case "down":
+		fatal(down(abs))
+	default:
+		fatal(fmt.Errorf("unknown command %q (want up or down)", os.Args[1]))
+	}
+}
+
+func fatal(err error) {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "testbed:", err)
+		os.Exit(1)
+	}
+}
+
+func pidFile(dir string) string { return filepath.Join(dir, "testbed.pid") }
+
+func up(dir string, peerProxy bool, notifyFD int) error {
+	if pid, ok := running(dir); ok {
+		return fmt.Errorf("already running as pid %d (testbed down --dir %s)", pid, dir)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	tb, err := testbed.Start(ctx, testbed.Config{Dir: dir, PeerProxy: peerProxy, Logf: func(f string, a ...any) {
+		fmt.Fprintf(os.Stderr, "testbed: "+f+"\n", a...)
+	}})
+	if err != nil {
+		return err
+	}
+	defer tb.Close()
+	if err := os.WriteFile(pidFile(dir), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		return err
+	}
+	defer os.Remove(pidFile(dir))
+	desc := tb.Describe()
+	if notifyFD > 0 {
+		f := os.NewFile(uintptr(notifyFD), "notify")
+		fmt.Fprint(f, desc)
+		f.Close()
+	} else {
+		fmt.Print(desc)
+	}
+	<-ctx.Done()
+	fmt.Fprintln(os.Stderr, "testbed: stopping")
+	return nil
+}
+
+// upDetached re-runs `up` in a new session with its output in dir/testbed.log and returns when the
+// child reports ready (the description arrives over a pipe) or exits.
+func upDetached(dir string, peerProxy bool) error {
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return err
+	}
+	logPath := dir + ".log"
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	r, w, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	args := []string{"up", "--dir", dir, "--notify-fd", "3"}
+	if peerProxy {
+		args = append(args, "--peer-proxy")
+	}
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.ExtraFiles = []*os.File{w}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	w.Close()
+	desc, _ := bufio.NewReader(r).ReadString(0) // until the child closes its end
+	if strings.TrimSpace(desc) == "" {
+		_ = cmd.Wait()
+		log, _ := os.ReadFile(logPath)
+		return fmt.Errorf("did not start; %s:\n%s", logPath, log)
+	}
+	fmt.Printf("testbed running (pid %d, log %s)\n%s", cmd.Process.Pid, logPath, desc)
+	return cmd.Process.Release()
+}
+
+func running(dir string) (int, bool) {
+	data, err := os.ReadFile(pidFile(dir))
+	if err != nil {
+		return 0, false
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil || pid <= 0 {
+		return 0, false
+	}
+	return pid, syscall.Kill(pid, 0) == nil
+}
+
+func down(dir string) error {
+	pid, ok := running(dir)
+	if !ok {
+		fmt.Println("testbed: not running")
+		return nil
+	}
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for syscall.Kill(pid, 0) == nil {
+		if time.Now().After(deadline) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			return errors.New("did not stop within 60s; killed")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	fmt.Println("testbed: stopped")
+	return nil
+}
