@@ -56,8 +56,8 @@ type Issuer struct {
 	key  *ecdsa.PrivateKey
 }
 
-// newPKI generates a fresh PKI under dir.
-func newPKI(dir string) (*PKI, error) {
+// NewPKI generates a fresh PKI under dir.
+func NewPKI(dir string) (*PKI, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}

@@ -139,7 +139,7 @@ func Start(ctx context.Context, cfg Config) (*Testbed, error) {
 	if err := checkBinary(cfg.BinDir, "etcd-"+EtcdVersion); err != nil {
 		return nil, err
 	}
-	pki, err := newPKI(filepath.Join(cfg.Dir, "pki"))
+	pki, err := NewPKI(filepath.Join(cfg.Dir, "pki"))
 	if err != nil {
 		return nil, fmt.Errorf("testbed: pki: %w", err)
 	}

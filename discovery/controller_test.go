@@ -1,0 +1,366 @@
+package discovery
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
+
+	"github.com/skewgate/skewgate/internal/wire"
+	"github.com/skewgate/skewgate/test/testbed"
+)
+
+const testToken = "discovery-test-token"
+
+// fakeUpstream is an httptest TLS apiserver that serves canned discovery documents.
+type fakeUpstream struct {
+	srv      *httptest.Server
+	mu       sync.Mutex
+	version  string
+	api      []byte
+	apis     []byte
+	notReady atomic.Bool
+	requests atomic.Int64
+	notMod   chan struct{} // one value per 304 served
+}
+
+func docJSON(t testing.TB, d *Document) []byte {
+	t.Helper()
+	data, err := json.Marshal(apidiscoveryv2.APIGroupDiscoveryList{
+		TypeMeta: metav1.TypeMeta{Kind: "APIGroupDiscoveryList", APIVersion: "apidiscovery.k8s.io/v2"}, Items: d.Groups})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+func (f *fakeUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.requests.Add(1)
+	if r.Header.Get("Authorization") != "Bearer "+testToken {
+		http.Error(w, "Unauthorized", http.StatusUnauthorized)
+		return
+	}
+	f.mu.Lock()
+	version, api, apis := f.version, f.api, f.apis
+	f.mu.Unlock()
+	serveDoc := func(body []byte) {
+		if !strings.Contains(r.Header.Get("Accept"), "profile=nopeer") {
+			http.Error(w, "want the local view", http.StatusNotAcceptable)
+			return
+		}
+		etag := `"` + docHash(body) + `"`
+		if r.Header.Get("If-None-Match") == etag {
+			select {
+			case f.notMod <- struct{}{}:
+			default:
+			}
+			w.WriteHeader(http.StatusNotModified)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList")
+		w.Header().Set("ETag", etag)
+		w.Write(body)
+	}
+	switch r.URL.Path {
+	case "/readyz":
+		if f.notReady.Load() {
+			http.Error(w, "not ready", http.StatusInternalServerError)
+			return
+		}
+		w.Write([]byte("ok"))
+	case "/version":
+		json.NewEncoder(w).Encode(map[string]string{"gitVersion": version})
+	case "/api":
+		serveDoc(api)
+	case "/apis":
+		serveDoc(apis)
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+func docHash(b []byte) string {
+	d, _ := parseDocument(b)
+	if d == nil {
+		return "bad"
+	}
+	return d.Hash[:16]
+}
+
+func (f *fakeUpstream) set(version string, api, apis []byte) {
+	f.mu.Lock()
+	f.version, f.api, f.apis = version, api, apis
+	f.mu.Unlock()
+}
+
+func (f *fakeUpstream) addr() string { return f.srv.Listener.Addr().String() }
+
+// testPKI makes a CA and a serving certificate for kubernetes.default.svc.
+func testPKI(t testing.TB) (*testbed.PKI, tls.Certificate) {
+	t.Helper()
+	pki, err := testbed.NewPKI(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := pki.IssueServing("upstream", net.IPv4(127, 0, 0, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := tls.LoadX509KeyPair(pair.Cert, pair.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pki, cert
+}
+
+func newFakeUpstream(t testing.TB, cert tls.Certificate, version string, api, apis []byte) *fakeUpstream {
+	f := &fakeUpstream{notMod: make(chan struct{}, 64)}
+	f.set(version, api, apis)
+	f.srv = httptest.NewUnstartedServer(f)
+	f.srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+	f.srv.StartTLS()
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+func restFor(t testing.TB, pki *testbed.PKI) *rest.Config {
+	ca, err := os.ReadFile(pki.CA.Cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &rest.Config{BearerToken: testToken, TLSClientConfig: rest.TLSClientConfig{CAData: ca}}
+}
+
+// waitFor waits for a published Topology that satisfies ok, driven by the controller's notifications.
+func waitFor(t *testing.T, c *Controller, what string, ok func(*Topology) bool) *Topology {
+	t.Helper()
+	deadline := time.After(20 * time.Second)
+	for {
+		topo, changed := c.Watch()
+		if topo != nil && ok(topo) {
+			return topo
+		}
+		select {
+		case <-changed:
+		case <-deadline:
+			t.Fatalf("timed out waiting for: %s; last topology: %+v", what, topo)
+		}
+	}
+}
+
+func kubernetesSlice(addr string) *discoveryv1.EndpointSlice {
+	ap := netip.MustParseAddrPort(addr)
+	port := int32(ap.Port())
+	return &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: "kubernetes", Namespace: "default", Labels: map[string]string{discoveryv1.LabelServiceName: "kubernetes"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{ap.Addr().String()}}},
+		Ports:       []discoveryv1.EndpointPort{{Port: &port}},
+	}
+}
+
+func TestControllerFollowsLeasesReadinessAndPolicy(t *testing.T) {
+	pki, cert := testPKI(t)
+	old := newFakeUpstream(t, cert, "v1.35.4", docJSON(t, coreDoc()), docJSON(t, apisDoc(false)))
+	neu := newFakeUpstream(t, cert, "v1.36.3", docJSON(t, coreDoc()), docJSON(t, apisDoc(true)))
+	hostile := newFakeUpstream(t, cert, "v9.9.9", docJSON(t, coreDoc()), docJSON(t, apisDoc(true)))
+
+	now := time.Now()
+	client := fake.NewClientset(
+		lease("apiserver-old", "old", "", now),               // v1.35: no annotation, matched to static
+		lease("apiserver-new", "new", neu.addr(), now),       // v1.36: allowed as a default/kubernetes endpoint
+		lease("apiserver-evil", "evil", hostile.addr(), now), // same IP, other port: not allowed
+		kubernetesSlice(neu.addr()),
+	)
+	reg := prometheus.NewRegistry()
+	c, err := New(Config{
+		Client:             client,
+		Upstream:           restFor(t, pki),
+		Static:             []StaticUpstream{{Name: "old", Address: old.addr()}},
+		TrustEndpointSlice: true,
+		ProbeInterval:      10 * time.Millisecond,
+		FailureThreshold:   2,
+		Registry:           reg,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = c.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	mapOnlyOnNew := func(tp *Topology) bool {
+		return tp.Decide(keyMAP, "get") == Decision{Action: ActionRoute, Cluster: wire.UpstreamCluster("new")}
+	}
+	topo := waitFor(t, c, "mutatingadmissionpolicies routed to new", mapOnlyOnNew)
+	if d := topo.Decide(keyPods, "list"); d.Action != ActionDefault {
+		t.Errorf("pods: %+v, want default", d)
+	}
+	if len(topo.Upstreams) != 2 {
+		t.Fatalf("upstreams = %+v, want old and new", topo.Upstreams)
+	}
+	if u, _ := topo.Upstream("old"); u.Source != SourceLeaseStatic || u.Version != "v1.35.4" || !u.Ready {
+		t.Errorf("old = %+v", u)
+	}
+	if u, _ := topo.Upstream("new"); u.Source != SourceLease || u.Version != "v1.36.3" || u.Address != neu.addr() {
+		t.Errorf("new = %+v", u)
+	}
+	if hostile.requests.Load() != 0 {
+		t.Errorf("the hostile Lease address received %d requests", hostile.requests.Load())
+	}
+	if got := testutil.ToFloat64(c.metrics.rejectedLeases.WithLabelValues(RejectNotAllowed)); got != 1 {
+		t.Errorf("rejected leases metric = %v, want 1", got)
+	}
+
+	t.Run("not ready gives 503, never 404", func(t *testing.T) {
+		neu.notReady.Store(true)
+		waitFor(t, c, "new not ready", func(tp *Topology) bool { return tp.Decide(keyMAP, "get").Action == ActionUnavailable })
+		neu.notReady.Store(false)
+		waitFor(t, c, "new ready again", mapOnlyOnNew)
+	})
+
+	t.Run("polling uses ETags", func(t *testing.T) {
+		for len(neu.notMod) > 0 {
+			<-neu.notMod
+		}
+		c.refetch("new")
+		for range 2 { // /api and /apis
+			select {
+			case <-neu.notMod:
+			case <-time.After(10 * time.Second):
+				t.Fatal("no 304 answer for a refetch with If-None-Match")
+			}
+		}
+	})
+
+	t.Run("a broken document keeps the last known capabilities", func(t *testing.T) {
+		neu.set("v1.36.3", docJSON(t, coreDoc()), []byte(strings.Repeat("garbage", 10)))
+		c.refetch("new")
+		topo := waitFor(t, c, "new stale", func(tp *Topology) bool { u, _ := tp.Upstream("new"); return u.Stale })
+		if !mapOnlyOnNew(topo) {
+			t.Error("stale capabilities were dropped")
+		}
+		if got := testutil.ToFloat64(c.metrics.fetchErrors.WithLabelValues(ErrContentType)); got < 1 {
+			// our fake labels garbage with the discovery content type, so the decoder rejects it
+			if testutil.ToFloat64(c.metrics.fetchErrors.WithLabelValues(ErrDecode)) < 1 {
+				t.Errorf("no fetch error counted")
+			}
+		}
+		neu.set("v1.36.3", docJSON(t, coreDoc()), docJSON(t, apisDoc(true)))
+		c.refetch("new")
+		waitFor(t, c, "new fresh", func(tp *Topology) bool { u, _ := tp.Upstream("new"); return !u.Stale && mapOnlyOnNew(tp) })
+	})
+
+	t.Run("a lease that stops being renewed is gone", func(t *testing.T) {
+		l, err := client.CoordinationV1().Leases(LeaseNamespace).Get(ctx, "apiserver-new", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Spec.RenewTime = &metav1.MicroTime{Time: time.Now().Add(-29 * time.Second)} // stale in ~1s
+		if _, err := client.CoordinationV1().Leases(LeaseNamespace).Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		topo := waitFor(t, c, "new gone", func(tp *Topology) bool { _, ok := tp.Upstream("new"); return !ok })
+		if d := topo.Decide(keyMAP, "get"); d.Action != ActionDefault {
+			t.Errorf("nobody serves it any more: want default, got %+v", d)
+		}
+	})
+
+	t.Run("deleting the lease of a static upstream keeps the static upstream", func(t *testing.T) {
+		if err := client.CoordinationV1().Leases(LeaseNamespace).Delete(ctx, "apiserver-old", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, c, "old static only", func(tp *Topology) bool { u, ok := tp.Upstream("old"); return ok && u.Source == SourceStatic })
+	})
+}
+
+func TestVersionsNeverRepeat(t *testing.T) {
+	pki, _ := testPKI(t)
+	a, err := New(Config{Upstream: restFor(t, pki), Static: []StaticUpstream{{Name: "a", Address: "127.0.0.1:1"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(Config{Upstream: restFor(t, pki), Static: []StaticUpstream{{Name: "a", Address: "127.0.0.1:1"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.bootID == b.bootID {
+		t.Errorf("two controllers share the boot id %q: a restart would reuse version strings", a.bootID)
+	}
+}
+
+func TestParseDocumentRejectsBrokenInput(t *testing.T) {
+	good := docJSON(t, apisDoc(true))
+	cases := map[string][]byte{
+		"not json":     []byte("<html>hello</html>"),
+		"wrong kind":   []byte(`{"kind":"APIGroupList","apiVersion":"v1","groups":[]}`),
+		"bad group":    []byte(`{"kind":"APIGroupDiscoveryList","apiVersion":"apidiscovery.k8s.io/v2","items":[{"metadata":{"name":"../x"}}]}`),
+		"bad version":  []byte(`{"kind":"APIGroupDiscoveryList","apiVersion":"apidiscovery.k8s.io/v2","items":[{"metadata":{"name":"x"},"versions":[{"version":"V 1"}]}]}`),
+		"bad resource": []byte(`{"kind":"APIGroupDiscoveryList","apiVersion":"apidiscovery.k8s.io/v2","items":[{"metadata":{"name":"x"},"versions":[{"version":"v1","resources":[{"resource":"a/b"}]}]}]}`),
+		"truncated":    good[:len(good)/2],
+		"wrong type":   []byte(`{"kind":"APIGroupDiscoveryList","apiVersion":"apidiscovery.k8s.io/v2","items":"x"}`),
+	}
+	for name, in := range cases {
+		if _, err := parseDocument(in); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	if _, err := parseDocument(good); err != nil {
+		t.Errorf("good document rejected: %v", err)
+	}
+}
+
+// 10 MB of garbage is refused by size before it is parsed.
+func TestFetchRefusesHugeDocuments(t *testing.T) {
+	pki, cert := testPKI(t)
+	garbage := []byte(strings.Repeat("x", 10<<20))
+	up := newFakeUpstream(t, cert, "v1", garbage, garbage)
+	f, err := newFetcher(restFor(t, pki), up.addr(), 8<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = f.document(context.Background(), "/apis", nil, "")
+	if errorType(err) != ErrTooLarge {
+		t.Fatalf("err = %v, want %s", err, ErrTooLarge)
+	}
+}
+
+// An upstream whose certificate is not for kubernetes.default.svc or not from the CA is refused.
+func TestFetchVerifiesUpstreamTLS(t *testing.T) {
+	pki, _ := testPKI(t)
+	_, otherCert := testPKI(t) // signed by another CA
+	up := newFakeUpstream(t, otherCert, "v1", docJSON(t, coreDoc()), docJSON(t, coreDoc()))
+	f, err := newFetcher(restFor(t, pki), up.addr(), 8<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.version(context.Background()); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("err = %v, want a certificate error", err)
+	}
+	if up.requests.Load() != 0 {
+		t.Fatal("a request reached an unverified upstream")
+	}
+	insecure := restFor(t, pki)
+	insecure.TLSClientConfig = rest.TLSClientConfig{Insecure: true}
+	if _, err := newFetcher(insecure, up.addr(), 1); err == nil {
+		t.Fatal("insecure upstream TLS accepted")
+	}
+}

@@ -1,0 +1,136 @@
+package discovery
+
+import (
+	"context"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// upstreamState is what the workers learned about one upstream. It is owned by the Controller and
+// only touched under its mutex.
+type upstreamState struct {
+	ready       bool
+	probed      bool // a probe has completed
+	failures    int  // consecutive failed probes
+	initialized bool // the first fetch and probe have completed (successfully or not)
+
+	version         string
+	api, apis       *Document
+	apiTag, apisTag string
+	lastFetchOK     time.Time
+	fetchFailing    bool
+	refetch         bool // a CRD or APIService changed: refetch at the next rebuild
+}
+
+// worker probes and fetches one upstream until its context is cancelled.
+type worker struct {
+	name   string
+	addr   string
+	holder string
+	f      *fetcher
+	kick   chan struct{} // refetch discovery now (coalesced)
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (w *worker) refetch() {
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (c *Controller) runWorker(ctx context.Context, w *worker) {
+	defer close(w.done)
+	log := c.log.With(zap.String("upstream", w.name), zap.String("address", w.addr))
+	c.fetch(ctx, w, log)
+	c.probe(ctx, w, log)
+	c.update(w.name, func(s *upstreamState) { s.initialized = true })
+
+	probeT := time.NewTicker(c.cfg.ProbeInterval)
+	defer probeT.Stop()
+	pollT := time.NewTicker(c.cfg.PollInterval)
+	defer pollT.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-probeT.C:
+			c.probe(ctx, w, log)
+		case <-pollT.C:
+			c.fetch(ctx, w, log)
+		case <-w.kick:
+			c.fetch(ctx, w, log)
+		}
+	}
+}
+
+func (c *Controller) probe(ctx context.Context, w *worker, log *zap.Logger) {
+	pctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
+	err := w.f.ready(pctx)
+	cancel()
+	if ctx.Err() != nil {
+		return
+	}
+	becameReady := false
+	c.update(w.name, func(s *upstreamState) {
+		s.probed = true
+		if err == nil {
+			becameReady = !s.ready
+			s.ready, s.failures = true, 0
+			return
+		}
+		s.failures++
+		if s.ready && s.failures >= c.cfg.FailureThreshold {
+			s.ready = false
+			log.Warn("upstream not ready", zap.Int("failedProbes", s.failures), zap.Error(err))
+		}
+	})
+	if err != nil {
+		c.metrics.fetchErrors.WithLabelValues(errorType(err)).Inc()
+	}
+	if becameReady {
+		// It may have restarted as another version (static upstreams have no Lease to tell us).
+		w.refetch()
+	}
+}
+
+func (c *Controller) fetch(ctx context.Context, w *worker, log *zap.Logger) {
+	var prevAPI, prevAPIs *Document
+	var apiTag, apisTag string
+	c.read(w.name, func(s *upstreamState) { prevAPI, prevAPIs, apiTag, apisTag = s.api, s.apis, s.apiTag, s.apisTag })
+
+	fctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
+	defer cancel()
+	version, err := w.f.version(fctx)
+	var api, apis *Document
+	var newAPITag, newAPIsTag string
+	if err == nil {
+		api, newAPITag, err = w.f.document(fctx, "/api", prevAPI, apiTag)
+	}
+	if err == nil {
+		apis, newAPIsTag, err = w.f.document(fctx, "/apis", prevAPIs, apisTag)
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	if err != nil {
+		c.metrics.fetchErrors.WithLabelValues(errorType(err)).Inc()
+		c.update(w.name, func(s *upstreamState) {
+			if !s.fetchFailing {
+				log.Warn("discovery fetch failed; keeping the last known capabilities", zap.Error(err))
+			}
+			s.fetchFailing = true
+		})
+		return
+	}
+	now := c.cfg.Now()
+	c.update(w.name, func(s *upstreamState) {
+		if s.fetchFailing {
+			log.Info("discovery fetch recovered")
+		}
+		s.fetchFailing = false
+		s.version, s.api, s.apis, s.apiTag, s.apisTag, s.lastFetchOK = version, api, apis, newAPITag, newAPIsTag, now
+	})
+}
