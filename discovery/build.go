@@ -23,6 +23,11 @@ type UpstreamFacts struct {
 	Upstream // Cluster and Resources are filled in by Build
 	// API and APIs are nil until discovery was fetched once.
 	API, APIs *Document
+	// Departed marks an upstream that left (its Lease was deleted or went stale) recently. It is in no
+	// cluster and not in the merged discovery, but the resources that only it served answer 503
+	// instead of 404 until it is forgotten: objects of those types still exist in etcd, and a 404 for
+	// them would tell the garbage collector they are gone.
+	Departed bool
 }
 
 // standardVerbs are the verbs aggregated discovery lists; each gets its own capable set per key.
@@ -81,7 +86,13 @@ type capability struct {
 // Build makes a Topology from facts. It is a pure function: the same facts give the same Topology
 // (but for Version and Generated).
 func Build(version string, now time.Time, facts []UpstreamFacts) *Topology {
-	facts = slices.Clone(facts)
+	var departed []UpstreamFacts
+	facts = slices.DeleteFunc(slices.Clone(facts), func(f UpstreamFacts) bool {
+		if f.Departed {
+			departed = append(departed, f)
+		}
+		return f.Departed
+	})
 	slices.SortFunc(facts, func(a, b UpstreamFacts) int { return strings.Compare(a.Name, b.Name) })
 	n := len(facts)
 	t := &Topology{Version: version, Generated: now, Upstreams: make([]Upstream, n), routes: map[ResourceKey]route{}}
@@ -149,6 +160,21 @@ func Build(version string, now time.Time, facts []UpstreamFacts) *Topology {
 			}
 		}
 		t.routes[key] = r
+	}
+	if len(departed) > 0 {
+		gone := map[ResourceKey]*capability{}
+		for _, f := range departed {
+			for _, doc := range []*Document{f.API, f.APIs} {
+				if doc != nil {
+					addCapabilities(gone, doc.Groups, 0, 1)
+				}
+			}
+		}
+		for key := range gone {
+			if _, served := t.routes[key]; !served {
+				t.routes[key] = route{Decision: Decision{Action: ActionUnavailable}}
+			}
+		}
 	}
 	for _, s := range sets {
 		t.Sets = append(t.Sets, s)

@@ -58,6 +58,9 @@ func TestBuildDecisions(t *testing.T) {
 			{keyPods, "get", route(wire.UpstreamCluster("a"))}, {keyNobody, "get", def},
 		}, 0},
 		{"none", nil, []check{{keyPods, "get", def}}, 0},
+		{"capable server departed", []UpstreamFacts{upstream("old", true, false), {Upstream: Upstream{Name: "new"}, APIs: apisDoc(true), Departed: true}}, []check{
+			{keyPods, "get", def}, {keyMAP, "get", unavailable}, {keyNobody, "get", def},
+		}, 0},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -47,6 +47,7 @@ type Config struct {
 	FailureThreshold int           // failed probes in a row before "not ready" [3]
 	PollInterval     time.Duration // discovery refetch [30s]
 	CapabilityTTL    time.Duration // how long to keep the last capabilities of an upstream whose fetches fail [10m]
+	DepartedTTL      time.Duration // how long resources only a departed upstream served answer 503, not 404 [10m]
 	RequestTimeout   time.Duration // per request to an upstream [5s]
 	InitialTimeout   time.Duration // longest wait for first fetches before the first Topology [15s]
 	MaxDocumentBytes int64         // largest accepted discovery document [8 MiB]
@@ -66,6 +67,7 @@ func (c *Config) defaults() {
 	def(&c.ProbeInterval, 2*time.Second)
 	def(&c.PollInterval, 30*time.Second)
 	def(&c.CapabilityTTL, 10*time.Minute)
+	def(&c.DepartedTTL, 10*time.Minute)
 	def(&c.RequestTimeout, 5*time.Second)
 	def(&c.InitialTimeout, 15*time.Second)
 	if c.FailureThreshold <= 0 {
@@ -103,12 +105,13 @@ type Controller struct {
 	fingerprint [32]byte
 	generation  int64
 
-	poke    chan struct{}
-	workers map[string]*worker // owned by the Run goroutine
-	leases  func() []*coordinationv1.Lease
-	slices  func() []*discoveryv1.EndpointSlice
-	seenRej map[string]bool
-	started time.Time
+	poke     chan struct{}
+	workers  map[string]*worker   // owned by the Run goroutine
+	departed map[string]departure // owned by the Run goroutine
+	leases   func() []*coordinationv1.Lease
+	slices   func() []*discoveryv1.EndpointSlice
+	seenRej  map[string]bool
+	started  time.Time
 }
 
 // New checks cfg and returns a Controller; Run starts it.
@@ -125,18 +128,19 @@ func New(cfg Config) (*Controller, error) {
 	}
 	now := time.Now()
 	return &Controller{
-		cfg:     cfg,
-		log:     cfg.Logger.Named("discovery"),
-		metrics: newMetrics(cfg.Registry),
-		bootID:  strconv.FormatInt(now.UnixNano(), 36),
-		notify:  make(chan struct{}),
-		states:  map[string]*upstreamState{},
-		poke:    make(chan struct{}, 1),
-		workers: map[string]*worker{},
-		leases:  func() []*coordinationv1.Lease { return nil },
-		slices:  func() []*discoveryv1.EndpointSlice { return nil },
-		seenRej: map[string]bool{},
-		started: now,
+		cfg:      cfg,
+		log:      cfg.Logger.Named("discovery"),
+		metrics:  newMetrics(cfg.Registry),
+		bootID:   strconv.FormatInt(now.UnixNano(), 36),
+		notify:   make(chan struct{}),
+		states:   map[string]*upstreamState{},
+		poke:     make(chan struct{}, 1),
+		workers:  map[string]*worker{},
+		departed: map[string]departure{},
+		leases:   func() []*coordinationv1.Lease { return nil },
+		slices:   func() []*discoveryv1.EndpointSlice { return nil },
+		seenRej:  map[string]bool{},
+		started:  now,
 	}, nil
 }
 
@@ -363,6 +367,14 @@ func (c *Controller) rebuild(ctx context.Context) time.Time {
 	}
 	leaseEvent := c.leaseEvent
 	c.mu.Unlock()
+	for name, d := range c.departed {
+		if !d.until.After(now) {
+			delete(c.departed, name)
+			continue
+		}
+		facts = append(facts, UpstreamFacts{Upstream: Upstream{Name: name}, API: d.api, APIs: d.apis, Departed: true})
+		next = minTime(next, d.until)
+	}
 
 	if !initialized && c.current.Load() == nil && time.Since(c.started) < c.cfg.InitialTimeout {
 		// Wait for every upstream's first fetch (each one pokes), but not forever.
@@ -431,9 +443,16 @@ func (c *Controller) reconcileWorkers(ctx context.Context, cands []candidate) {
 			<-w.done
 			delete(c.workers, name)
 			c.mu.Lock()
+			if s := c.states[name]; !ok && s != nil && (s.api != nil || s.apis != nil) {
+				c.departed[name] = departure{api: s.api, apis: s.apis, until: c.cfg.Now().Add(c.cfg.DepartedTTL)}
+				c.log.Info("upstream departed", zap.String("upstream", name), zap.Duration("unavailableFor", c.cfg.DepartedTTL))
+			}
 			delete(c.states, name)
 			c.mu.Unlock()
 		}
+	}
+	for name := range want {
+		delete(c.departed, name)
 	}
 	for _, cand := range cands {
 		if w, ok := c.workers[cand.Name]; ok {
@@ -465,6 +484,12 @@ func (c *Controller) reconcileWorkers(ctx context.Context, cands []candidate) {
 		c.workers[cand.Name] = w
 		go c.runWorker(wctx, w)
 	}
+}
+
+// departure remembers what a departed upstream served.
+type departure struct {
+	api, apis *Document
+	until     time.Time
 }
 
 // fingerprint hashes everything a consumer can see in a Topology but its version and time.

@@ -279,8 +279,11 @@ func TestControllerFollowsLeasesReadinessAndPolicy(t *testing.T) {
 			t.Fatal(err)
 		}
 		topo := waitFor(t, c, "new gone", func(tp *Topology) bool { _, ok := tp.Upstream("new"); return !ok })
-		if d := topo.Decide(keyMAP, "get"); d.Action != ActionDefault {
-			t.Errorf("nobody serves it any more: want default, got %+v", d)
+		if d := topo.Decide(keyMAP, "get"); d.Action != ActionUnavailable {
+			t.Errorf("only the departed upstream served it: want unavailable (503, not 404), got %+v", d)
+		}
+		if strings.Contains(string(topo.APIs.JSON), "mutatingadmissionpolicies") {
+			t.Error("a departed upstream's resources are still in the merged discovery")
 		}
 	})
 
