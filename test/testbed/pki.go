@@ -39,10 +39,10 @@ type PKI struct {
 	// CA signs serving certificates and client certificates (the cluster CA, --client-ca-file).
 	CA CertPair
 	// FrontProxyCA signs FrontProxyClient (--requestheader-client-ca-file).
-	FrontProxyCA     CertPair
-	FrontProxyClient CertPair
-	Admin            CertPair // CN=admin, O=system:masters
-	LowPriv          CertPair // CN=alice, no groups
+	FrontProxyCA      CertPair
+	FrontProxyClient  CertPair
+	Admin             CertPair // CN=admin, O=system:masters
+	LowPriv           CertPair // CN=alice, no groups
 	ServiceAccountKey string
 	ServiceAccountPub string
 	TokenFile         string

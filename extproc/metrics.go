@@ -1,0 +1,45 @@
+package extproc
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Decision outcomes (label values of skewgate_extproc_decisions_total).
+const (
+	OutcomeDefault     = "default"     // no routing header: every upstream serves it, or none does
+	OutcomeRouted      = "routed"      // routed to a capability-set or upstream cluster
+	OutcomeUnavailable = "unavailable" // 503: capable upstreams exist, none is ready
+	OutcomeDiscovery   = "discovery"   // a discovery path
+	OutcomePassthrough = "passthrough" // non-resource request
+	OutcomeUnsynced    = "unsynced"    // no Topology yet: default route
+	OutcomeInvalid     = "invalid"     // malformed request: 400
+)
+
+type metrics struct {
+	decisions *prometheus.CounterVec
+	latency   prometheus.Histogram
+	streams   prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "skewgate_extproc_decisions_total",
+			Help: "Routing decisions by outcome (default, routed, unavailable, discovery, passthrough, unsynced, invalid).",
+		}, []string{"outcome"}),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "skewgate_extproc_decision_duration_seconds",
+			Help:    "Time from receiving request headers to having the response ready, inside the service.",
+			Buckets: prometheus.ExponentialBuckets(250e-9, 4, 10),
+		}),
+		streams: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "skewgate_extproc_streams_in_flight",
+			Help: "Open ext_proc streams (one per HTTP request; Envoy < 1.37 keeps one open per WATCH).",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.decisions, m.latency, m.streams)
+	}
+	for _, o := range []string{OutcomeDefault, OutcomeRouted, OutcomeUnavailable, OutcomeDiscovery, OutcomePassthrough, OutcomeUnsynced, OutcomeInvalid} {
+		m.decisions.WithLabelValues(o)
+	}
+	return m
+}

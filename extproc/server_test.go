@@ -1,0 +1,340 @@
+package extproc
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/skewgate/skewgate/discovery"
+	"github.com/skewgate/skewgate/internal/wire"
+)
+
+type fixedSource struct{ t atomic.Pointer[discovery.Topology] }
+
+func (f *fixedSource) Current() *discovery.Topology { return f.t.Load() }
+
+var verbs = []string{"create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"}
+
+func doc(hash string, groups ...apidiscoveryv2.APIGroupDiscovery) *discovery.Document {
+	return &discovery.Document{Hash: hash, Groups: groups}
+}
+
+func grp(name, version string, rs ...apidiscoveryv2.APIResourceDiscovery) apidiscoveryv2.APIGroupDiscovery {
+	g := apidiscoveryv2.APIGroupDiscovery{Versions: []apidiscoveryv2.APIVersionDiscovery{{Version: version, Resources: rs}}}
+	g.Name = name
+	return g
+}
+
+func rsc(name string, subs ...string) apidiscoveryv2.APIResourceDiscovery {
+	r := apidiscoveryv2.APIResourceDiscovery{Resource: name, Verbs: verbs}
+	for _, s := range subs {
+		r.Subresources = append(r.Subresources, apidiscoveryv2.APISubresourceDiscovery{Subresource: s, Verbs: []string{"get", "create", "update", "patch"}})
+	}
+	return r
+}
+
+// skewedTopology: old (v1.35-like) and new (v1.36-like, with mutatingadmissionpolicies) both ready;
+// "gone" serves widgets.example.com and is not ready.
+func skewedTopology() *discovery.Topology {
+	core := doc("core", grp("", "v1", rsc("pods", "exec", "log", "status"), rsc("configmaps"), rsc("namespaces", "status", "finalize")))
+	old := doc("old", grp("apps", "v1", rsc("deployments", "scale")), grp("admissionregistration.k8s.io", "v1", rsc("validatingadmissionpolicies", "status")))
+	neu := doc("new", grp("apps", "v1", rsc("deployments", "scale")), grp("admissionregistration.k8s.io", "v1", rsc("validatingadmissionpolicies", "status"), rsc("mutatingadmissionpolicies")))
+	gone := doc("gone", grp("apps", "v1", rsc("deployments", "scale")), grp("admissionregistration.k8s.io", "v1", rsc("validatingadmissionpolicies", "status")), grp("example.com", "v1", rsc("widgets")))
+	return discovery.Build("test-1", time.Now(), []discovery.UpstreamFacts{
+		{Upstream: discovery.Upstream{Name: "old", Ready: true}, API: core, APIs: old},
+		{Upstream: discovery.Upstream{Name: "new", Ready: true}, API: core, APIs: neu},
+		{Upstream: discovery.Upstream{Name: "gone", Ready: false}, API: core, APIs: gone},
+	})
+}
+
+type harness struct {
+	client extprocv3.ExternalProcessorClient
+	src    *fixedSource
+	reg    *prometheus.Registry
+	srv    *Server
+}
+
+func startServer(t testing.TB) *harness {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := &fixedSource{}
+	src.t.Store(skewedTopology())
+	reg := prometheus.NewRegistry()
+	s := NewServer(src, nil, reg)
+	g := NewGRPCServer(s, GRPCOptions{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Serve(ctx, g, lis, time.Second) }()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn.Close()
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	return &harness{client: extprocv3.NewExternalProcessorClient(conn), src: src, reg: reg, srv: s}
+}
+
+// envoyHeaders builds the header map Envoy sends: pseudo-headers first, values in raw_value.
+func envoyHeaders(method, path string, extra ...string) *extprocv3.ProcessingRequest {
+	hs := []*corev3.HeaderValue{{Key: ":authority", RawValue: []byte("front.example")}, {Key: ":scheme", RawValue: []byte("https")}}
+	if method != "" {
+		hs = append(hs, &corev3.HeaderValue{Key: ":method", RawValue: []byte(method)})
+	}
+	if path != "\x00none" {
+		hs = append(hs, &corev3.HeaderValue{Key: ":path", RawValue: []byte(path)})
+	}
+	for i := 0; i+1 < len(extra); i += 2 {
+		hs = append(hs, &corev3.HeaderValue{Key: extra[i], RawValue: []byte(extra[i+1])})
+	}
+	return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
+		RequestHeaders: &extprocv3.HttpHeaders{Headers: &corev3.HeaderMap{Headers: hs}, EndOfStream: method == "GET"},
+	}}
+}
+
+func (h *harness) roundTrip(t testing.TB, req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	stream, err := h.client.Process(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(req); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+type want struct {
+	code    int    // 0: continue
+	cluster string // set routing header
+	reason  string // for immediate responses
+}
+
+func check(t *testing.T, name string, resp *extprocv3.ProcessingResponse, w want) {
+	t.Helper()
+	if w.code != 0 {
+		ir := resp.GetImmediateResponse()
+		if ir == nil {
+			t.Errorf("%s: want immediate %d, got %v", name, w.code, resp)
+			return
+		}
+		var st metav1.Status
+		if err := json.Unmarshal(ir.Body, &st); err != nil || int(ir.Status.Code) != w.code || int(st.Code) != w.code || string(st.Reason) != w.reason || st.Kind != "Status" {
+			t.Errorf("%s: immediate %d %s, want %d %s (%v)", name, ir.Status.Code, ir.Body, w.code, w.reason, err)
+		}
+		return
+	}
+	hr := resp.GetRequestHeaders()
+	if hr == nil || hr.Response == nil || !hr.Response.ClearRouteCache || hr.Response.HeaderMutation == nil {
+		t.Errorf("%s: want a header mutation with clear_route_cache, got %v", name, resp)
+		return
+	}
+	m := hr.Response.HeaderMutation
+	var set string
+	for _, h := range m.SetHeaders {
+		if h.Header.Key == wire.RouteHeader {
+			set = string(h.Header.RawValue)
+		}
+	}
+	removed := false
+	for _, r := range m.RemoveHeaders {
+		removed = removed || r == wire.RouteHeader
+	}
+	if set != w.cluster {
+		t.Errorf("%s: routing header %q, want %q", name, set, w.cluster)
+	}
+	if w.cluster == "" && !removed {
+		t.Errorf("%s: client copies of %s are not removed", name, wire.RouteHeader)
+	}
+}
+
+func TestProcessTable(t *testing.T) {
+	h := startServer(t)
+	newOnly := want{cluster: wire.UpstreamCluster("new")}
+	unavailable := want{code: 503, reason: "ServiceUnavailable"}
+	bad := want{code: 400, reason: "BadRequest"}
+	pass := want{}
+	cases := []struct {
+		method, path string
+		w            want
+	}{
+		// served by the ready v1.36 only
+		{"GET", "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies", newOnly},
+		{"GET", "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies?watch=true", newOnly},
+		{"GET", "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies/p1", newOnly},
+		{"POST", "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies", newOnly},
+		{"PUT", "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies/p1", newOnly},
+		{"PATCH", "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies/p1", newOnly},
+		{"DELETE", "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies/p1", newOnly},
+		{"DELETE", "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies", newOnly},
+		{"GET", "/apis/admissionregistration.k8s.io/v1/watch/mutatingadmissionpolicies", newOnly},
+		{"GET", "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies?watch=1&resourceVersion=0&allowWatchBookmarks=true", newOnly},
+		// served by every upstream: the default route
+		{"GET", "/api/v1/pods", pass},
+		{"GET", "/api/v1/namespaces/default/pods", pass},
+		{"GET", "/api/v1/namespaces/default/pods/p", pass},
+		{"POST", "/api/v1/namespaces/default/pods/p/exec?command=ls&stdout=true", pass},
+		{"GET", "/api/v1/namespaces/default/pods/p/log?follow=true", pass},
+		{"PUT", "/api/v1/namespaces/default/pods/p/status", pass},
+		{"GET", "/api/v1/namespaces/default/configmaps?watch=true", pass},
+		{"PUT", "/api/v1/namespaces/ns1/finalize", pass},
+		{"GET", "/apis/apps/v1/namespaces/default/deployments", pass},
+		{"PATCH", "/apis/apps/v1/namespaces/default/deployments/d/scale", pass},
+		{"GET", "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies", pass},
+		// served only by the unready upstream: 503, never 404
+		{"GET", "/apis/example.com/v1/widgets", unavailable},
+		{"GET", "/apis/example.com/v1/namespaces/x/widgets/w", unavailable},
+		// served by nobody: an apiserver's genuine 404
+		{"GET", "/apis/nothing.example/v1/things", pass},
+		{"GET", "/api/v2/pods", pass},
+		// discovery paths
+		{"GET", "/api", pass},
+		{"GET", "/api/v1", pass},
+		{"GET", "/apis", pass},
+		{"GET", "/apis/apps", pass},
+		{"GET", "/apis/admissionregistration.k8s.io/v1", pass},
+		// non-resource
+		{"GET", "/healthz", pass},
+		{"GET", "/readyz?verbose", pass},
+		{"GET", "/livez", pass},
+		{"GET", "/version", pass},
+		{"GET", "/metrics", pass},
+		{"GET", "/openapi/v3", pass},
+		{"GET", "/openapi/v3/apis/admissionregistration.k8s.io/v1", pass},
+		{"GET", "/openapi/v2", pass},
+		{"GET", "/", pass},
+		// odd and malformed
+		{"GET", "//", pass},
+		{"GET", "/apis/admissionregistration.k8s.io/v1/../v1/mutatingadmissionpolicies", pass},
+		{"GET", "/apis/admissionregistration.k8s.io/v1/mutatingadmission%70olicies", newOnly},
+		{"GET", "/apis/x/v1/%zz", bad},
+		{"GET", "/apis/x/v1/a\x01b", bad},
+		{"GET", "/" + strings.Repeat("a", 64<<10), pass},
+		{"GET", "/apis/\xff\xfe/v1/things", pass},
+		{"GET", "relative/path", bad},
+		{"GET", "\x00none", bad},
+		{"GET", "/api/v1/watch", bad},
+	}
+	if len(cases) < 40 {
+		t.Fatalf("only %d cases", len(cases))
+	}
+	for _, c := range cases {
+		check(t, c.method+" "+c.path, h.roundTrip(t, envoyHeaders(c.method, c.path)), c.w)
+	}
+}
+
+// A client cannot choose the cluster: its copy of the routing header is always replaced or removed,
+// and X-Remote-* identity headers are removed.
+func TestSpoofedHeadersAreRemoved(t *testing.T) {
+	h := startServer(t)
+	resp := h.roundTrip(t, envoyHeaders("GET", "/api/v1/pods", wire.RouteHeader, "skewgate-upstream-old",
+		"X-Remote-User", "admin", "x-remote-group", "system:masters", "X-Remote-Extra-Scopes", "all"))
+	m := resp.GetRequestHeaders().GetResponse().GetHeaderMutation()
+	for _, h := range []string{wire.RouteHeader, "x-remote-user", "x-remote-group", "x-remote-uid", "x-remote-extra-scopes"} {
+		found := false
+		for _, r := range m.GetRemoveHeaders() {
+			found = found || r == h
+		}
+		if !found {
+			t.Errorf("%s not removed: %v", h, m)
+		}
+	}
+}
+
+func TestUnsyncedTakesTheDefaultRoute(t *testing.T) {
+	h := startServer(t)
+	h.src.t.Store(nil)
+	check(t, "unsynced", h.roundTrip(t, envoyHeaders("GET", "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies")), want{})
+	if got := testutil.ToFloat64(h.srv.metrics.decisions.WithLabelValues(OutcomeUnsynced)); got != 1 {
+		t.Errorf("unsynced decisions = %v, want 1", got)
+	}
+}
+
+// Envoy < 1.37 keeps the stream open after the headers; later phases (if a processing mode sends
+// them) get an answer, and the end of the stream ends the call quietly.
+func TestOtherPhasesAreAnswered(t *testing.T) {
+	h := startServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	stream, err := h.client.Process(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs := []*extprocv3.ProcessingRequest{
+		envoyHeaders("GET", "/api/v1/pods"),
+		{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: []byte("x")}}},
+		{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{}}},
+		{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{}}},
+		{Request: &extprocv3.ProcessingRequest_RequestTrailers{RequestTrailers: &extprocv3.HttpTrailers{}}},
+		{Request: &extprocv3.ProcessingRequest_ResponseTrailers{ResponseTrailers: &extprocv3.HttpTrailers{}}},
+	}
+	for i, r := range reqs {
+		if err := stream.Send(r); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("phase %d: %v", i, err)
+		}
+		if resp.Response == nil {
+			t.Fatalf("phase %d: empty response", i)
+		}
+	}
+	if got := testutil.ToFloat64(h.srv.metrics.streams); got != 1 {
+		t.Errorf("streams in flight = %v, want 1", got)
+	}
+	stream.CloseSend()
+	if _, err := stream.Recv(); err == nil {
+		t.Error("stream not closed after CloseSend")
+	}
+}
+
+func BenchmarkDecide(b *testing.B) {
+	src := &fixedSource{}
+	src.t.Store(skewedTopology())
+	b.ReportAllocs()
+	for b.Loop() {
+		r, _ := Classify("GET", "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies?watch=true")
+		if d := src.Current().Decide(r.Key, r.Verb); d.Action != discovery.ActionRoute {
+			b.Fatal(d)
+		}
+	}
+}
+
+func BenchmarkProcessRoundTrip(b *testing.B) {
+	h := startServer(b)
+	req := envoyHeaders("GET", "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies")
+	b.ReportAllocs()
+	for b.Loop() {
+		h.roundTrip(b, req)
+	}
+}
