@@ -47,3 +47,16 @@ testbed-down: $(TESTBED_DIR)/testbed
 
 clean:
 	rm -rf bin $(TESTBED_DIR)/run $(TESTBED_DIR)/run.log $(TESTBED_DIR)/testbed
+
+# The demo. Today it starts the mixed-version control plane and shows the problem skewgate solves;
+# the front (Envoy or the test data plane with skewgate) joins it with issue #6.
+.PHONY: demo demo-down
+demo: testbed-up
+	@kc=$(TESTBED_DIR)/run/admin-token.kubeconfig; \
+	echo; echo "== the v1.35 apiserver: a wrong 404 for a resource the cluster serves"; \
+	kubectl --kubeconfig $$kc --context old get --raw /apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies || true; \
+	echo; echo "== the v1.36 apiserver serves it"; \
+	kubectl --kubeconfig $$kc --context new get mutatingadmissionpolicies; \
+	echo; echo "The skewgate front is not wired into the demo yet (issue #6). Stop with: make demo-down"
+
+demo-down: testbed-down

@@ -22,7 +22,9 @@ import (
 	"github.com/skewgate/skewgate/internal/wire"
 )
 
-type fixedSource struct{ t atomic.Pointer[discovery.Topology] }
+type fixedSource struct {
+	t atomic.Pointer[discovery.Topology]
+}
 
 func (f *fixedSource) Current() *discovery.Topology { return f.t.Load() }
 

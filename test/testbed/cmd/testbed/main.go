@@ -39,6 +39,7 @@ func main() {
 	case "up":
 		if *detach {
 			fatal(upDetached(abs, *peerProxy))
+			return
 		}
 		fatal(up(abs, *peerProxy, *notifyFD))
 	case "down":
@@ -66,6 +67,10 @@ func up(dir string, peerProxy bool, notifyFD int) error {
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
+	}
+	if notifyFD > 0 {
+		// The apiservers this process starts must not inherit the pipe, or the parent never sees EOF.
+		syscall.CloseOnExec(notifyFD)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
