@@ -151,7 +151,12 @@ func restFor(t testing.TB, pki *testbed.PKI) *rest.Config {
 // waitFor waits for a published Topology that satisfies ok, driven by the controller's notifications.
 func waitFor(t *testing.T, c *Controller, what string, ok func(*Topology) bool) *Topology {
 	t.Helper()
-	deadline := time.After(20 * time.Second)
+	return waitForWithin(t, c, 20*time.Second, what, ok)
+}
+
+func waitForWithin(t *testing.T, c *Controller, timeout time.Duration, what string, ok func(*Topology) bool) *Topology {
+	t.Helper()
+	deadline := time.After(timeout)
 	for {
 		topo, changed := c.Watch()
 		if topo != nil && ok(topo) {
@@ -160,7 +165,7 @@ func waitFor(t *testing.T, c *Controller, what string, ok func(*Topology) bool) 
 		select {
 		case <-changed:
 		case <-deadline:
-			t.Fatalf("timed out waiting for: %s; last topology: %+v", what, topo)
+			t.Fatalf("timed out after %v waiting for: %s; last topology version: %v", timeout, what, versionOf(topo))
 		}
 	}
 }
@@ -366,4 +371,11 @@ func TestFetchVerifiesUpstreamTLS(t *testing.T) {
 	if _, err := newFetcher(insecure, up.addr(), 1); err == nil {
 		t.Fatal("insecure upstream TLS accepted")
 	}
+}
+
+func versionOf(t *Topology) string {
+	if t == nil {
+		return "none"
+	}
+	return t.Version
 }

@@ -1,4 +1,4 @@
-package discovery_test
+package discovery
 
 import (
 	"context"
@@ -11,31 +11,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 
-	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/internal/wire"
 	"github.com/skewgate/skewgate/test/testbed"
 )
-
-var (
-	keyMAP  = discovery.ResourceKey{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "mutatingadmissionpolicies"}
-	keyPods = discovery.ResourceKey{Version: "v1", Resource: "pods"}
-)
-
-func waitFor(t *testing.T, c *discovery.Controller, timeout time.Duration, what string, ok func(*discovery.Topology) bool) *discovery.Topology {
-	t.Helper()
-	deadline := time.After(timeout)
-	for {
-		topo, changed := c.Watch()
-		if topo != nil && ok(topo) {
-			return topo
-		}
-		select {
-		case <-changed:
-		case <-deadline:
-			t.Fatalf("timed out after %v waiting for: %s", timeout, what)
-		}
-	}
-}
 
 // TestTestbedTopology runs discovery against real v1.35.4 and v1.36.3 apiservers: old is matched
 // through a static entry (no annotation on 1.35 Leases), new through its annotation.
@@ -45,12 +23,12 @@ func TestTestbedTopology(t *testing.T) {
 	// The informers talk to old, which stays up; in a cluster they use the kubeconfig's address.
 	cfg := tb.RESTConfig(old.URL(), testbed.AdminByToken)
 	subnet := netip.PrefixFrom(netip.MustParseAddr(neu.IP.String()), 24).Masked()
-	c, err := discovery.New(discovery.Config{
+	c, err := New(Config{
 		Client:        kubernetes.NewForConfigOrDie(cfg),
 		Metadata:      metadata.NewForConfigOrDie(cfg),
 		Upstream:      cfg,
-		Static:        []discovery.StaticUpstream{{Name: "old", Address: old.Address()}},
-		Policy:        discovery.AddressPolicy{CIDRs: []netip.Prefix{subnet}},
+		Static:        []StaticUpstream{{Name: "old", Address: old.Address()}},
+		Policy:        AddressPolicy{CIDRs: []netip.Prefix{subnet}},
 		ProbeInterval: 200 * time.Millisecond,
 		Logger:        zaptest.NewLogger(t),
 		Registry:      prometheus.NewRegistry(),
@@ -63,8 +41,8 @@ func TestTestbedTopology(t *testing.T) {
 	go func() { defer close(done); _ = c.Run(ctx) }()
 	defer func() { cancel(); <-done }()
 
-	onlyNew := discovery.Decision{Action: discovery.ActionRoute, Cluster: wire.UpstreamCluster("new")}
-	topo := waitFor(t, c, time.Minute, "both upstreams with capabilities", func(tp *discovery.Topology) bool {
+	onlyNew := Decision{Action: ActionRoute, Cluster: wire.UpstreamCluster("new")}
+	topo := waitForWithin(t, c, time.Minute, "both upstreams with capabilities", func(tp *Topology) bool {
 		o, ok1 := tp.Upstream("old")
 		n, ok2 := tp.Upstream("new")
 		return ok1 && ok2 && o.Capabilities && n.Capabilities && o.Ready && n.Ready
@@ -72,13 +50,13 @@ func TestTestbedTopology(t *testing.T) {
 	if d := topo.Decide(keyMAP, "list"); d != onlyNew {
 		t.Errorf("mutatingadmissionpolicies: %+v, want only new", d)
 	}
-	if d := topo.Decide(keyPods, "list"); d.Action != discovery.ActionDefault {
+	if d := topo.Decide(keyPods, "list"); d.Action != ActionDefault {
 		t.Errorf("pods: %+v, want served by both", d)
 	}
-	if u, _ := topo.Upstream("old"); u.Source != discovery.SourceLeaseStatic || u.Version != testbed.OldVersion {
+	if u, _ := topo.Upstream("old"); u.Source != SourceLeaseStatic || u.Version != testbed.OldVersion {
 		t.Errorf("old: %+v", u)
 	}
-	if u, _ := topo.Upstream("new"); u.Source != discovery.SourceLease || u.Version != testbed.NewVersion || u.Address != neu.Address() {
+	if u, _ := topo.Upstream("new"); u.Source != SourceLease || u.Version != testbed.NewVersion || u.Address != neu.Address() {
 		t.Errorf("new: %+v", u)
 	}
 	t.Logf("skewed resources: %d, e.g. %+v", len(topo.Skewed()), topo.Skewed()[0])
@@ -88,16 +66,16 @@ func TestTestbedTopology(t *testing.T) {
 	if err := tb.Kill("new"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, c, time.Minute, "mutatingadmissionpolicies unavailable", func(tp *discovery.Topology) bool {
-		return tp.Decide(keyMAP, "get").Action == discovery.ActionUnavailable
+	waitForWithin(t, c, time.Minute, "mutatingadmissionpolicies unavailable", func(tp *Topology) bool {
+		return tp.Decide(keyMAP, "get").Action == ActionUnavailable
 	})
 	t.Logf("SIGKILL -> 503 decision: %v", time.Since(killed).Round(time.Millisecond))
-	topo = waitFor(t, c, 90*time.Second, "new out of the topology", func(tp *discovery.Topology) bool {
+	topo = waitForWithin(t, c, 90*time.Second, "new out of the topology", func(tp *Topology) bool {
 		_, ok := tp.Upstream("new")
 		return !ok
 	})
 	t.Logf("SIGKILL -> out of every capable set (stale Lease): %v", time.Since(killed).Round(time.Millisecond))
-	if d := topo.Decide(keyMAP, "get"); d.Action != discovery.ActionUnavailable {
+	if d := topo.Decide(keyMAP, "get"); d.Action != ActionUnavailable {
 		t.Errorf("after departure: %+v, want unavailable (503), never a 404", d)
 	}
 
@@ -105,7 +83,7 @@ func TestTestbedTopology(t *testing.T) {
 		t.Fatal(err)
 	}
 	ready := time.Now()
-	waitFor(t, c, time.Minute, "new routable again", func(tp *discovery.Topology) bool {
+	waitForWithin(t, c, time.Minute, "new routable again", func(tp *Topology) bool {
 		u, ok := tp.Upstream("new")
 		return ok && u.Ready && tp.Decide(keyMAP, "get") == onlyNew
 	})
