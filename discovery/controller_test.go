@@ -207,10 +207,7 @@ func TestControllerFollowsLeasesReadinessAndPolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = c.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	ctx := runController(t, c)
 
 	mapOnlyOnNew := func(tp *Topology) bool {
 		return tp.Decide(keyMAP, "get") == Decision{Action: ActionRoute, Cluster: wire.UpstreamCluster("new")}
@@ -378,4 +375,13 @@ func versionOf(t *Topology) string {
 		return "none"
 	}
 	return t.Version
+}
+
+// runController runs c until the test ends and returns a context for the test's own calls.
+func runController(t *testing.T, c *Controller) context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = c.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return ctx
 }

@@ -1,7 +1,6 @@
 package discovery
 
 import (
-	"context"
 	"net/netip"
 	"testing"
 	"time"
@@ -36,10 +35,7 @@ func TestTestbedTopology(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = c.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	ctx := runController(t, c)
 
 	onlyNew := Decision{Action: ActionRoute, Cluster: wire.UpstreamCluster("new")}
 	topo := waitForWithin(t, c, time.Minute, "both upstreams with capabilities", func(tp *Topology) bool {
