@@ -124,6 +124,25 @@ func TestDefaultTestbed(t *testing.T) {
 			t.Fatalf("readyz after restart: %d", resp.StatusCode)
 		}
 	})
+
+	t.Run("replace upgrades in place", func(t *testing.T) {
+		if err := tb.Replace(ctx, "old", testbed.NewVersion); err != nil {
+			t.Fatal(err)
+		}
+		a := tb.MustApiserver("old")
+		cs := kubernetes.NewForConfigOrDie(tb.RESTConfig(a.URL(), testbed.AdminByCert))
+		v, err := cs.Discovery().ServerVersion()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v.GitVersion != testbed.NewVersion || a.Version != testbed.NewVersion || a.Address() != old.Address() {
+			t.Errorf("after Replace: /version %s, snapshot %+v; want %s at %s", v.GitVersion, a, testbed.NewVersion, old.Address())
+		}
+		hc, _ := tb.AdminHTTPClient()
+		if !servesMAP(t, hc, a) {
+			t.Error("the upgraded apiserver does not serve mutatingadmissionpolicies")
+		}
+	})
 }
 
 // servesMAP reports whether a's local (profile=nopeer) aggregated discovery lists
