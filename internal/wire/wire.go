@@ -7,7 +7,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"slices"
-	"strings"
 )
 
 const (
@@ -65,9 +64,4 @@ func SetCluster(members []string) string {
 		h.Write([]byte{0})
 	}
 	return setPrefix + hex.EncodeToString(h.Sum(nil))[:12]
-}
-
-// IsSkewgateCluster reports whether name is one that skewgate generates for upstreams.
-func IsSkewgateCluster(name string) bool {
-	return name == AllCluster || strings.HasPrefix(name, upstreamPrefix) || strings.HasPrefix(name, setPrefix)
 }

@@ -14,7 +14,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -466,20 +465,10 @@ func (tb *Testbed) LogTail(name string, n int) string {
 // Close stops every process the testbed started, apiservers first, then etcd.
 func (tb *Testbed) Close() {
 	procs := tb.children.all()
-	slices.SortFunc(procs, func(a, b *process) int {
-		// etcd last, so apiservers can shut down cleanly.
-		if (a == tb.etcd) == (b == tb.etcd) {
-			return 0
-		}
-		if a == tb.etcd {
-			return 1
-		}
-		return -1
-	})
 	var wg sync.WaitGroup
 	for _, p := range procs {
 		if p == tb.etcd {
-			continue
+			continue // last, so the apiservers can shut down cleanly
 		}
 		wg.Go(func() { _ = p.stop(syscall.SIGTERM, 10*time.Second) })
 	}
