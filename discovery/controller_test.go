@@ -97,7 +97,7 @@ func (f *fakeUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func docHash(b []byte) string {
-	d, _ := parseDocument(b)
+	d, _ := ParseDocument(b)
 	if d == nil {
 		return "bad"
 	}
@@ -324,11 +324,11 @@ func TestParseDocumentRejectsBrokenInput(t *testing.T) {
 		"wrong type":   []byte(`{"kind":"APIGroupDiscoveryList","apiVersion":"apidiscovery.k8s.io/v2","items":"x"}`),
 	}
 	for name, in := range cases {
-		if _, err := parseDocument(in); err == nil {
+		if _, err := ParseDocument(in); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}
-	if _, err := parseDocument(good); err != nil {
+	if _, err := ParseDocument(good); err != nil {
 		t.Errorf("good document rejected: %v", err)
 	}
 }

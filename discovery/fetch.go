@@ -176,7 +176,7 @@ func (f *fetcher) document(ctx context.Context, path string, prev *Document, eta
 	if err != nil {
 		return nil, "", err
 	}
-	doc, err := parseDocument(data)
+	doc, err := ParseDocument(data)
 	if err != nil {
 		return nil, "", fmt.Errorf("%s: %w", path, err)
 	}
@@ -192,10 +192,10 @@ func checkDiscoveryContentType(ct string) error {
 	return nil
 }
 
-// parseDocument decodes and validates an aggregated discovery list (v2 and v2beta1 share their JSON
+// ParseDocument decodes and validates an aggregated discovery list (v2 and v2beta1 share their JSON
 // shape). A document with anything that cannot be a group, version or resource name is rejected
 // whole: a half-understood document must not change routing.
-func parseDocument(data []byte) (*Document, error) {
+func ParseDocument(data []byte) (*Document, error) {
 	var list apidiscoveryv2.APIGroupDiscoveryList
 	if err := json.Unmarshal(data, &list); err != nil {
 		return nil, fetchErr(ErrDecode, "%v", err)

@@ -48,6 +48,16 @@ const (
 	ForwardedCertHeader = "x-forwarded-client-cert"
 )
 
+// HTTP1Suffix marks the HTTP/1.1 twin of a cluster. Every cluster speaks HTTP/2 to the apiservers,
+// except that exec, attach and port-forward upgrade an HTTP/1.1 connection (SPDY/3.1 or WebSocket) and
+// cannot ride HTTP/2 to an apiserver, so each cluster has a twin that speaks HTTP/1.1 and carries the
+// upgrades. ':' cannot occur in an upstream name (a hostname) nor in a set hash, so twins never
+// collide with other clusters.
+const HTTP1Suffix = ":http1"
+
+// HTTP1Cluster names the HTTP/1.1 twin of a cluster.
+func HTTP1Cluster(cluster string) string { return cluster + HTTP1Suffix }
+
 // UpstreamCluster names the cluster that holds exactly one upstream.
 func UpstreamCluster(upstream string) string { return upstreamPrefix + upstream }
 

@@ -1,0 +1,221 @@
+package xds
+
+import (
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/skewgate/skewgate/internal/wire"
+)
+
+const httpProtocolOptionsKey = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+
+// apiserverCluster is a cluster of apiservers at addrs (host:port). h1 makes the HTTP/1.1 twin that
+// carries upgrades; otherwise requests ride HTTP/2, which multiplexes thousands of watches over a few
+// connections.
+func (tb *translator) apiserverCluster(name string, addrs []string, h1 bool) (*clusterv3.Cluster, error) {
+	alpn, codec := "h2", typev3.CodecClientType_HTTP2
+	proto := &httpv3.HttpProtocolOptions{
+		CommonHttpProtocolOptions: &corev3.HttpProtocolOptions{IdleTimeout: durationpb.New(time.Hour)},
+		UpstreamProtocolOptions: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig{
+			ProtocolConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{Http2ProtocolOptions: &corev3.Http2ProtocolOptions{
+				// kube-apiserver's default --http2-max-streams-per-connection.
+				MaxConcurrentStreams: wrapperspb.UInt32(1000),
+				ConnectionKeepalive:  &corev3.KeepaliveSettings{Interval: durationpb.New(30 * time.Second), Timeout: durationpb.New(10 * time.Second)},
+			}},
+		}},
+	}
+	if h1 {
+		name = wire.HTTP1Cluster(name)
+		alpn, codec = "http/1.1", typev3.CodecClientType_HTTP1
+		proto.UpstreamProtocolOptions = &httpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig{
+			ProtocolConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_HttpProtocolOptions{HttpProtocolOptions: &corev3.Http1ProtocolOptions{}},
+		}}
+	}
+	protoAny, err := pack(proto)
+	if err != nil {
+		return nil, err
+	}
+	tlsAny, err := pack(&tlsv3.UpstreamTlsContext{
+		Sni: wire.UpstreamSNI,
+		CommonTlsContext: &tlsv3.CommonTlsContext{
+			TlsParams: &tlsv3.TlsParameters{TlsMinimumProtocolVersion: tlsv3.TlsParameters_TLSv1_2},
+			// The front-proxy client certificate: the apiserver trusts X-Remote-* only from it.
+			TlsCertificates: []*tlsv3.TlsCertificate{{CertificateChain: file(tb.o.FrontProxyCertFile), PrivateKey: file(tb.o.FrontProxyKeyFile)}},
+			ValidationContextType: &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
+				TrustedCa: file(tb.o.UpstreamCAFile),
+				// Envoy checks the chain but not the name unless told to.
+				MatchTypedSubjectAltNames: []*tlsv3.SubjectAltNameMatcher{{
+					SanType: tlsv3.SubjectAltNameMatcher_DNS,
+					Matcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: wire.UpstreamSNI}},
+				}},
+			}},
+			AlpnProtocols: []string{alpn},
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	la, discoveryType, err := loadAssignment(name, addrs)
+	if err != nil {
+		return nil, err
+	}
+	iv := tb.o.HealthCheckInterval
+	return &clusterv3.Cluster{
+		Name:                 name,
+		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: discoveryType},
+		ConnectTimeout:       durationpb.New(2 * time.Second),
+		// Watches are long; balance by requests in flight, not by turns.
+		LbPolicy:                      clusterv3.Cluster_LEAST_REQUEST,
+		LoadAssignment:                la,
+		TransportSocket:               &corev3.TransportSocket{Name: transportTLS, ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: tlsAny}},
+		TypedExtensionProtocolOptions: map[string]*anypb.Any{httpProtocolOptionsKey: protoAny},
+		HealthChecks: []*corev3.HealthCheck{{
+			Timeout:            durationpb.New(iv),
+			Interval:           durationpb.New(iv),
+			NoTrafficInterval:  durationpb.New(iv), // set clusters may be idle; keep them fresh anyway
+			UnhealthyThreshold: wrapperspb.UInt32(2),
+			HealthyThreshold:   wrapperspb.UInt32(1),
+			HealthChecker: &corev3.HealthCheck_HttpHealthCheck_{HttpHealthCheck: &corev3.HealthCheck_HttpHealthCheck{
+				Host: wire.UpstreamSNI, Path: "/readyz", CodecClientType: codec,
+			}},
+		}},
+		OutlierDetection: &clusterv3.OutlierDetection{
+			SplitExternalLocalOriginErrors:         true,
+			ConsecutiveLocalOriginFailure:          wrapperspb.UInt32(3),
+			EnforcingConsecutiveLocalOriginFailure: wrapperspb.UInt32(100),
+			ConsecutiveGatewayFailure:              wrapperspb.UInt32(5),
+			EnforcingConsecutiveGatewayFailure:     wrapperspb.UInt32(100),
+			// An apiserver's own 500s are answers, not a sign it is gone.
+			EnforcingConsecutive_5Xx: wrapperspb.UInt32(0),
+			EnforcingSuccessRate:     wrapperspb.UInt32(0),
+			Interval:                 durationpb.New(5 * time.Second),
+			BaseEjectionTime:         durationpb.New(5 * time.Second),
+			MaxEjectionPercent:       wrapperspb.UInt32(100),
+		},
+		// Sized for thousands of long-lived watches per upstream.
+		CircuitBreakers: &clusterv3.CircuitBreakers{Thresholds: []*clusterv3.CircuitBreakers_Thresholds{{
+			Priority:           corev3.RoutingPriority_DEFAULT,
+			MaxConnections:     wrapperspb.UInt32(100000),
+			MaxPendingRequests: wrapperspb.UInt32(10000),
+			MaxRequests:        wrapperspb.UInt32(100000),
+			MaxRetries:         wrapperspb.UInt32(100),
+		}}},
+		// Never send to hosts known to be unhealthy, even when most are: a dead or incapable apiserver
+		// answers nothing useful, while Envoy's 503 tells the client to retry.
+		CommonLbConfig:            &clusterv3.Cluster_CommonLbConfig{HealthyPanicThreshold: &typev3.Percent{Value: 0}},
+		IgnoreHealthOnHostRemoval: true,
+		UpstreamConnectionOptions: &clusterv3.UpstreamConnectionOptions{TcpKeepalive: &corev3.TcpKeepalive{
+			KeepaliveTime: wrapperspb.UInt32(30), KeepaliveInterval: wrapperspb.UInt32(10), KeepaliveProbes: wrapperspb.UInt32(3),
+		}},
+	}, nil
+}
+
+// extProcCluster is the gRPC cluster of the ext_proc service.
+func (tb *translator) extProcCluster() (*clusterv3.Cluster, error) {
+	protoAny, err := pack(&httpv3.HttpProtocolOptions{
+		UpstreamProtocolOptions: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig{
+			ProtocolConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{Http2ProtocolOptions: &corev3.Http2ProtocolOptions{
+				ConnectionKeepalive: &corev3.KeepaliveSettings{Interval: durationpb.New(30 * time.Second), Timeout: durationpb.New(5 * time.Second)},
+			}},
+		}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	c := &clusterv3.Cluster{
+		Name:                          wire.ExtProcCluster,
+		ConnectTimeout:                durationpb.New(time.Second),
+		TypedExtensionProtocolOptions: map[string]*anypb.Any{httpProtocolOptionsKey: protoAny},
+		// One stream per request, and with Envoy < 1.37 one per open watch.
+		CircuitBreakers: &clusterv3.CircuitBreakers{Thresholds: []*clusterv3.CircuitBreakers_Thresholds{{
+			Priority:           corev3.RoutingPriority_DEFAULT,
+			MaxConnections:     wrapperspb.UInt32(1024),
+			MaxPendingRequests: wrapperspb.UInt32(10000),
+			MaxRequests:        wrapperspb.UInt32(1000000),
+		}}},
+	}
+	if path, ok := strings.CutPrefix(tb.o.ExtProcAddress, "unix://"); ok {
+		c.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STATIC}
+		c.LoadAssignment = &endpointv3.ClusterLoadAssignment{ClusterName: c.Name, Endpoints: []*endpointv3.LocalityLbEndpoints{{
+			LbEndpoints: []*endpointv3.LbEndpoint{lbEndpoint(&corev3.Address{Address: &corev3.Address_Pipe{Pipe: &corev3.Pipe{Path: path}}})},
+		}}}
+	} else {
+		la, typ, err := loadAssignment(c.Name, []string{tb.o.ExtProcAddress})
+		if err != nil {
+			return nil, err
+		}
+		c.ClusterDiscoveryType, c.LoadAssignment = &clusterv3.Cluster_Type{Type: typ}, la
+	}
+	if tb.o.ExtProcCAFile != "" {
+		sni := tb.o.ExtProcSNI
+		if sni == "" {
+			sni, _, _ = net.SplitHostPort(tb.o.ExtProcAddress)
+		}
+		tlsAny, err := pack(&tlsv3.UpstreamTlsContext{
+			Sni: sni,
+			CommonTlsContext: &tlsv3.CommonTlsContext{
+				TlsParams:       &tlsv3.TlsParameters{TlsMinimumProtocolVersion: tlsv3.TlsParameters_TLSv1_3},
+				TlsCertificates: []*tlsv3.TlsCertificate{{CertificateChain: file(tb.o.ExtProcCertFile), PrivateKey: file(tb.o.ExtProcKeyFile)}},
+				ValidationContextType: &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
+					TrustedCa: file(tb.o.ExtProcCAFile),
+					MatchTypedSubjectAltNames: []*tlsv3.SubjectAltNameMatcher{{
+						SanType: sanType(sni),
+						Matcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: sni}},
+					}},
+				}},
+				AlpnProtocols: []string{"h2"},
+			},
+		})
+		if err != nil {
+			return nil, err
+		}
+		c.TransportSocket = &corev3.TransportSocket{Name: transportTLS, ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: tlsAny}}
+	}
+	return c, nil
+}
+
+func sanType(name string) tlsv3.SubjectAltNameMatcher_SanType {
+	if isIP(name) {
+		return tlsv3.SubjectAltNameMatcher_IP_ADDRESS
+	}
+	return tlsv3.SubjectAltNameMatcher_DNS
+}
+
+// loadAssignment lists addrs (host:port) as endpoints. IP literals make a STATIC cluster; any
+// hostname makes the cluster STRICT_DNS, which resolves every endpoint.
+func loadAssignment(cluster string, addrs []string) (*endpointv3.ClusterLoadAssignment, clusterv3.Cluster_DiscoveryType, error) {
+	typ := clusterv3.Cluster_STATIC
+	eps := make([]*endpointv3.LbEndpoint, 0, len(addrs))
+	for _, a := range addrs {
+		host, port, err := splitHostPort(a)
+		if err != nil {
+			return nil, 0, fmt.Errorf("cluster %s: address %q: %v", cluster, a, err)
+		}
+		if !isIP(host) {
+			typ = clusterv3.Cluster_STRICT_DNS
+		}
+		eps = append(eps, lbEndpoint(socketAddress(host, port)))
+	}
+	la := &endpointv3.ClusterLoadAssignment{ClusterName: cluster}
+	if len(eps) > 0 {
+		la.Endpoints = []*endpointv3.LocalityLbEndpoints{{LbEndpoints: eps}}
+	}
+	return la, typ, nil
+}
+
+func lbEndpoint(addr *corev3.Address) *endpointv3.LbEndpoint {
+	return &endpointv3.LbEndpoint{HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{Address: addr}}}
+}

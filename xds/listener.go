@@ -1,0 +1,160 @@
+package xds
+
+import (
+	"time"
+
+	mutationrulesv3 "github.com/envoyproxy/go-control-plane/envoy/config/common/mutation_rules/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	headermutationv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/header_mutation/v3"
+	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/skewgate/skewgate/internal/wire"
+)
+
+// Filter and transport socket names Envoy registers the typed configs under.
+const (
+	filterHCM            = "envoy.filters.network.http_connection_manager"
+	filterHeaderMutation = "envoy.filters.http.header_mutation"
+	filterExtProc        = "envoy.filters.http.ext_proc"
+	filterRouter         = "envoy.filters.http.router"
+	transportTLS         = "envoy.transport_sockets.tls"
+)
+
+// strippedHeaders are removed from every request before ext_proc runs, by a filter that does not
+// depend on ext_proc: a client must never choose the cluster nor claim an identity, also while the
+// processor is down (failure_mode_allow). X-Forwarded-Client-Cert is sanitized by the connection
+// manager itself (SANITIZE_SET) and removed after ext_proc read it.
+var strippedHeaders = []string{wire.RouteHeader, wire.RemoteUserHeader, wire.RemoteGroupHeader, wire.RemoteUIDHeader}
+
+func (tb *translator) listener() (*listenerv3.Listener, error) {
+	strip := &headermutationv3.HeaderMutation{Mutations: &headermutationv3.Mutations{}}
+	for _, h := range strippedHeaders {
+		strip.Mutations.RequestMutations = append(strip.Mutations.RequestMutations,
+			&mutationrulesv3.HeaderMutation{Action: &mutationrulesv3.HeaderMutation_Remove{Remove: h}})
+	}
+	// X-Remote-Extra-<key> has an open set of names: remove by prefix (Envoy >= 1.35).
+	strip.Mutations.RequestMutations = append(strip.Mutations.RequestMutations, &mutationrulesv3.HeaderMutation{
+		Action: &mutationrulesv3.HeaderMutation_RemoveOnMatch_{RemoveOnMatch: &mutationrulesv3.HeaderMutation_RemoveOnMatch{
+			KeyMatcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Prefix{Prefix: wire.RemoteExtraPrefix}, IgnoreCase: true},
+		}},
+	})
+	stripAny, err := pack(strip)
+	if err != nil {
+		return nil, err
+	}
+	dropXFCC, err := pack(&headermutationv3.HeaderMutation{Mutations: &headermutationv3.Mutations{
+		RequestMutations: []*mutationrulesv3.HeaderMutation{{Action: &mutationrulesv3.HeaderMutation_Remove{Remove: wire.ForwardedCertHeader}}},
+	}})
+	if err != nil {
+		return nil, err
+	}
+	extProc, err := pack(tb.extProcFilter())
+	if err != nil {
+		return nil, err
+	}
+	router, err := pack(&routerv3.Router{})
+	if err != nil {
+		return nil, err
+	}
+
+	hcm := &hcmv3.HttpConnectionManager{
+		StatPrefix: "skewgate",
+		CodecType:  hcmv3.HttpConnectionManager_AUTO,
+		RouteSpecifier: &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{
+			RouteConfigName: wire.RouteConfigName,
+			ConfigSource:    adsSource(),
+		}},
+		HttpFilters: []*hcmv3.HttpFilter{
+			{Name: filterHeaderMutation + ".strip", ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: stripAny}},
+			{Name: filterExtProc, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: extProc}},
+			{Name: filterHeaderMutation + ".drop-xfcc", ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: dropXFCC}},
+			{Name: filterRouter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: router}},
+		},
+		// exec, attach and port-forward (REFERENCE.md §6).
+		UpgradeConfigs: []*hcmv3.HttpConnectionManager_UpgradeConfig{{UpgradeType: "websocket"}, {UpgradeType: "spdy/3.1"}},
+		// The path ext_proc classifies is the path Envoy routes and forwards.
+		NormalizePath: wrapperspb.Bool(true),
+		MergeSlashes:  true,
+		// Watches and exec sessions may be quiet for a long time; the apiserver bounds watches itself.
+		StreamIdleTimeout:     durationpb.New(0),
+		RequestHeadersTimeout: durationpb.New(10 * time.Second),
+		CommonHttpProtocolOptions: &corev3.HttpProtocolOptions{
+			IdleTimeout:                  durationpb.New(time.Hour),
+			HeadersWithUnderscoresAction: corev3.HttpProtocolOptions_REJECT_REQUEST,
+		},
+		Http2ProtocolOptions: &corev3.Http2ProtocolOptions{MaxConcurrentStreams: wrapperspb.UInt32(1000)},
+		UseRemoteAddress:     wrapperspb.Bool(true),
+		// The client certificate Envoy verified, for ext_proc to turn into X-Remote-User/Group; a client's
+		// own copy of the header is dropped (SANITIZE_SET).
+		ForwardClientCertDetails:     hcmv3.HttpConnectionManager_SANITIZE_SET,
+		SetCurrentClientCertDetails:  &hcmv3.HttpConnectionManager_SetCurrentClientCertDetails{Cert: true},
+		ServerHeaderTransformation:   hcmv3.HttpConnectionManager_PASS_THROUGH,
+		PathWithEscapedSlashesAction: hcmv3.HttpConnectionManager_KEEP_UNCHANGED,
+		StripTrailingHostDot:         true,
+	}
+	hcmAny, err := pack(hcm)
+	if err != nil {
+		return nil, err
+	}
+
+	common := &tlsv3.CommonTlsContext{
+		TlsParams:       &tlsv3.TlsParameters{TlsMinimumProtocolVersion: tlsv3.TlsParameters_TLSv1_2},
+		TlsCertificates: []*tlsv3.TlsCertificate{{CertificateChain: file(tb.o.ServingCertFile), PrivateKey: file(tb.o.ServingKeyFile)}},
+		AlpnProtocols:   []string{"h2", "http/1.1"},
+	}
+	if tb.o.ClientCAFile != "" {
+		// Requested, verified when presented, not required: token users have no certificate.
+		common.ValidationContextType = &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{TrustedCa: file(tb.o.ClientCAFile)}}
+	}
+	tlsAny, err := pack(&tlsv3.DownstreamTlsContext{CommonTlsContext: common, RequireClientCertificate: wrapperspb.Bool(false)})
+	if err != nil {
+		return nil, err
+	}
+
+	return &listenerv3.Listener{
+		Name:    wire.ListenerName,
+		Address: socketAddress(tb.o.ListenAddress, tb.o.ListenPort),
+		FilterChains: []*listenerv3.FilterChain{{
+			Filters:         []*listenerv3.Filter{{Name: filterHCM, ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: hcmAny}}},
+			TransportSocket: &corev3.TransportSocket{Name: transportTLS, ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: tlsAny}},
+		}},
+	}, nil
+}
+
+// extProcFilter is the ext_proc filter: request headers only, fail open to the default route, and
+// never show the processor a credential (REFERENCE.md §5).
+func (tb *translator) extProcFilter() *extprocv3.ExternalProcessor {
+	return &extprocv3.ExternalProcessor{
+		GrpcService: &corev3.GrpcService{
+			TargetSpecifier: &corev3.GrpcService_EnvoyGrpc_{EnvoyGrpc: &corev3.GrpcService_EnvoyGrpc{ClusterName: wire.ExtProcCluster}},
+		},
+		FailureModeAllow: true,
+		ProcessingMode: &extprocv3.ProcessingMode{
+			RequestHeaderMode:   extprocv3.ProcessingMode_SEND,
+			ResponseHeaderMode:  extprocv3.ProcessingMode_SKIP,
+			RequestBodyMode:     extprocv3.ProcessingMode_NONE,
+			ResponseBodyMode:    extprocv3.ProcessingMode_NONE,
+			RequestTrailerMode:  extprocv3.ProcessingMode_SKIP,
+			ResponseTrailerMode: extprocv3.ProcessingMode_SKIP,
+		},
+		MessageTimeout: durationpb.New(tb.o.ExtProcTimeout),
+		StatPrefix:     "skewgate",
+		ForwardRules: &extprocv3.HeaderForwardingRules{DisallowedHeaders: &matcherv3.ListStringMatcher{Patterns: []*matcherv3.StringMatcher{
+			{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: "authorization"}, IgnoreCase: true},
+			{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: "proxy-authorization"}, IgnoreCase: true},
+			{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: "cookie"}, IgnoreCase: true},
+		}}},
+		// The processor may only set our routing header and the identity headers, nothing Envoy owns.
+		MutationRules: &mutationrulesv3.HeaderMutationRules{
+			DisallowSystem:  wrapperspb.Bool(true),
+			DisallowIsError: wrapperspb.Bool(true),
+		},
+	}
+}

@@ -1,0 +1,83 @@
+package xds
+
+import (
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	previoushostsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/retry/host/previous_hosts/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/skewgate/skewgate/internal/wire"
+)
+
+// idempotentMethods may be retried: a read that never reached an apiserver can be sent to another.
+const idempotentMethods = "^(GET|HEAD|OPTIONS)$"
+
+// routeConfig is the route table. Envoy takes the first route that matches:
+//
+//  1. ext_proc named a cluster (wire.RouteHeader): go there. An unknown name answers 503, never a
+//     wrong 404 from an apiserver that lacks the resource.
+//  2. an upgrade (exec, attach, port-forward) without a routing header: every upstream, HTTP/1.1.
+//  3. everything else: every upstream.
+//
+// Each is split by method so that only idempotent requests are retried, and only on connect failure
+// or a refused stream, where the request provably never reached an apiserver.
+func (tb *translator) routeConfig() (*routev3.RouteConfiguration, error) {
+	retry, err := retryPolicy()
+	if err != nil {
+		return nil, err
+	}
+	present := func(name string) *routev3.HeaderMatcher {
+		return &routev3.HeaderMatcher{Name: name, HeaderMatchSpecifier: &routev3.HeaderMatcher_PresentMatch{PresentMatch: true}}
+	}
+	idempotent := &routev3.HeaderMatcher{Name: ":method", HeaderMatchSpecifier: &routev3.HeaderMatcher_StringMatch{StringMatch: &matcherv3.StringMatcher{
+		MatchPattern: &matcherv3.StringMatcher_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: idempotentMethods}},
+	}}}
+	mk := func(name string, headers []*routev3.HeaderMatcher, action *routev3.RouteAction, retry *routev3.RetryPolicy) *routev3.Route {
+		// No route timeout: watches and exec streams live for as long as the apiserver keeps them.
+		action.Timeout = durationpb.New(0)
+		action.RetryPolicy = retry
+		return &routev3.Route{
+			Name:   name,
+			Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}, Headers: headers},
+			Action: &routev3.Route_Route{Route: action},
+		}
+	}
+	byHeader := func() *routev3.RouteAction {
+		return &routev3.RouteAction{
+			ClusterSpecifier:            &routev3.RouteAction_ClusterHeader{ClusterHeader: wire.RouteHeader},
+			ClusterNotFoundResponseCode: routev3.RouteAction_SERVICE_UNAVAILABLE,
+		}
+	}
+	to := func(c string) *routev3.RouteAction {
+		return &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: c}}
+	}
+	routes := []*routev3.Route{
+		mk("routed-idempotent", []*routev3.HeaderMatcher{present(wire.RouteHeader), idempotent}, byHeader(), retry),
+		mk("routed", []*routev3.HeaderMatcher{present(wire.RouteHeader)}, byHeader(), nil),
+		mk("upgrade", []*routev3.HeaderMatcher{present("upgrade")}, to(wire.HTTP1Cluster(wire.AllCluster)), nil),
+		mk("default-idempotent", []*routev3.HeaderMatcher{idempotent}, to(wire.AllCluster), retry),
+		mk("default", nil, to(wire.AllCluster), nil),
+	}
+	return &routev3.RouteConfiguration{
+		Name:             wire.RouteConfigName,
+		VirtualHosts:     []*routev3.VirtualHost{{Name: "apiservers", Domains: []string{"*"}, Routes: routes}},
+		ValidateClusters: wrapperspb.Bool(false), // clusters named by header are checked per request
+	}, nil
+}
+
+func retryPolicy() (*routev3.RetryPolicy, error) {
+	prev, err := pack(&previoushostsv3.PreviousHostsPredicate{})
+	if err != nil {
+		return nil, err
+	}
+	return &routev3.RetryPolicy{
+		RetryOn:    "connect-failure,refused-stream",
+		NumRetries: wrapperspb.UInt32(2),
+		RetryHostPredicate: []*routev3.RetryPolicy_RetryHostPredicate{{
+			Name:       "envoy.retry_host_predicates.previous_hosts",
+			ConfigType: &routev3.RetryPolicy_RetryHostPredicate_TypedConfig{TypedConfig: prev},
+		}},
+		HostSelectionRetryMaxAttempts: 3,
+	}, nil
+}

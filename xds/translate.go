@@ -1,0 +1,174 @@
+package xds
+
+import (
+	"fmt"
+	"slices"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/skewgate/skewgate/discovery"
+	"github.com/skewgate/skewgate/internal/wire"
+)
+
+// Resources is the Envoy configuration for one Topology.
+type Resources struct {
+	Listeners []*listenerv3.Listener
+	Routes    []*routev3.RouteConfiguration
+	// Clusters sorted by name.
+	Clusters []*clusterv3.Cluster
+}
+
+// ClusterNames returns the names of rs.Clusters.
+func (rs *Resources) ClusterNames() []string {
+	out := make([]string, len(rs.Clusters))
+	for i, c := range rs.Clusters {
+		out[i] = c.Name
+	}
+	return out
+}
+
+// validator is what every generated Envoy message implements (protoc-gen-validate).
+type validator interface {
+	proto.Message
+	ValidateAll() error
+}
+
+// pack validates m and packs it into an Any: go-control-plane's own validation does not look inside
+// an Any (REFERENCE.md §7), so an invalid typed config would otherwise reach Envoy and be NACKed.
+func pack(m validator) (*anypb.Any, error) {
+	if err := m.ValidateAll(); err != nil {
+		return nil, fmt.Errorf("%s: %w", m.ProtoReflect().Descriptor().FullName(), err)
+	}
+	return anypb.New(m)
+}
+
+// Translate turns a Topology into Envoy resources. It is pure: the same Topology and Options give the
+// same resources. A nil Topology (discovery not synced) gives a front with only the ext_proc cluster
+// and an empty all-upstreams cluster, which answers 503 until upstreams are known.
+func Translate(t *discovery.Topology, o Options) (*Resources, error) {
+	o = o.WithDefaults()
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	var upstreams []discovery.Upstream
+	var sets []discovery.CapabilitySet
+	if t != nil {
+		upstreams, sets = t.Upstreams, t.Sets
+	}
+
+	tb := &translator{o: o}
+	var clusters []*clusterv3.Cluster
+	addrs := make(map[string]string, len(upstreams))
+	all := make([]string, 0, len(upstreams))
+	for _, u := range upstreams {
+		addrs[u.Name] = u.Address
+		all = append(all, u.Name)
+	}
+	add := func(name string, members []string) error {
+		eps := make([]string, 0, len(members))
+		for _, m := range members {
+			a, ok := addrs[m]
+			if !ok {
+				return fmt.Errorf("cluster %s: member %q is not an upstream", name, m)
+			}
+			eps = append(eps, a)
+		}
+		for _, h1 := range []bool{false, true} {
+			c, err := tb.apiserverCluster(name, eps, h1)
+			if err != nil {
+				return err
+			}
+			clusters = append(clusters, c)
+		}
+		return nil
+	}
+	if err := add(wire.AllCluster, all); err != nil {
+		return nil, err
+	}
+	for _, u := range upstreams {
+		if err := add(u.Cluster, []string{u.Name}); err != nil {
+			return nil, err
+		}
+	}
+	for _, s := range sets {
+		if err := add(s.Cluster, s.Members); err != nil {
+			return nil, err
+		}
+	}
+	ep, err := tb.extProcCluster()
+	if err != nil {
+		return nil, err
+	}
+	clusters = append(clusters, ep)
+	slices.SortFunc(clusters, func(a, b *clusterv3.Cluster) int { return cmpString(a.Name, b.Name) })
+	for i := 1; i < len(clusters); i++ {
+		if clusters[i].Name == clusters[i-1].Name {
+			return nil, fmt.Errorf("duplicate cluster %q", clusters[i].Name)
+		}
+	}
+
+	rc, err := tb.routeConfig()
+	if err != nil {
+		return nil, err
+	}
+	l, err := tb.listener()
+	if err != nil {
+		return nil, err
+	}
+	rs := &Resources{Listeners: []*listenerv3.Listener{l}, Routes: []*routev3.RouteConfiguration{rc}, Clusters: clusters}
+	if err := rs.check(); err != nil {
+		return nil, err
+	}
+	return rs, nil
+}
+
+// check validates every resource and that every cluster a route names statically exists; the
+// snapshot's Consistent() only checks EDS and RDS names (REFERENCE.md §7).
+func (rs *Resources) check() error {
+	names := make(map[string]bool, len(rs.Clusters))
+	for _, c := range rs.Clusters {
+		if err := c.ValidateAll(); err != nil {
+			return fmt.Errorf("cluster %s: %w", c.Name, err)
+		}
+		names[c.Name] = true
+	}
+	for _, l := range rs.Listeners {
+		if err := l.ValidateAll(); err != nil {
+			return fmt.Errorf("listener %s: %w", l.Name, err)
+		}
+	}
+	for _, rc := range rs.Routes {
+		if err := rc.ValidateAll(); err != nil {
+			return fmt.Errorf("route configuration %s: %w", rc.Name, err)
+		}
+		for _, vh := range rc.VirtualHosts {
+			for _, r := range vh.Routes {
+				if c := r.GetRoute().GetCluster(); c != "" && !names[c] {
+					return fmt.Errorf("route %s names cluster %q, which does not exist", r.Name, c)
+				}
+			}
+		}
+	}
+	if !names[wire.ExtProcCluster] {
+		return fmt.Errorf("ext_proc cluster %q missing", wire.ExtProcCluster)
+	}
+	return nil
+}
+
+type translator struct {
+	o Options
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,191 @@
+package xds
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"sigs.k8s.io/yaml"
+
+	"github.com/skewgate/skewgate/discovery"
+	"github.com/skewgate/skewgate/internal/wire"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+// testOptions are the Options of every golden file: paths as they would be on an Envoy host.
+func testOptions() Options {
+	return Options{
+		ServingCertFile:    "/etc/skewgate/front/tls.crt",
+		ServingKeyFile:     "/etc/skewgate/front/tls.key",
+		ClientCAFile:       "/etc/kubernetes/pki/ca.crt",
+		UpstreamCAFile:     "/etc/kubernetes/pki/ca.crt",
+		FrontProxyCertFile: "/etc/kubernetes/pki/front-proxy-client.crt",
+		FrontProxyKeyFile:  "/etc/kubernetes/pki/front-proxy-client.key",
+		ExtProcAddress:     "127.0.0.1:18001",
+	}
+}
+
+type scenario struct {
+	Upstreams []struct {
+		Name     string `json:"name"`
+		Address  string `json:"address"`
+		Ready    bool   `json:"ready"`
+		APIs     string `json:"apis"`
+		Departed bool   `json:"departed"`
+	} `json:"upstreams"`
+}
+
+func readDoc(t testing.TB, name string) *discovery.Document {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("testdata", "docs", name+".json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := discovery.ParseDocument(data)
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return d
+}
+
+// loadScenario builds the Topology described by testdata/<name>.in.yaml.
+func loadScenario(t testing.TB, path string) *discovery.Topology {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sc scenario
+	if err := yaml.UnmarshalStrict(data, &sc); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	core := readDoc(t, "core")
+	var facts []discovery.UpstreamFacts
+	for _, u := range sc.Upstreams {
+		facts = append(facts, discovery.UpstreamFacts{
+			Upstream: discovery.Upstream{Name: u.Name, Address: u.Address, Ready: u.Ready, Source: discovery.SourceStatic},
+			API:      core, APIs: readDoc(t, "apis-"+u.APIs), Departed: u.Departed,
+		})
+	}
+	return discovery.Build("golden", time.Unix(0, 0), facts)
+}
+
+// toYAML renders messages as YAML: protojson (whose spacing is deliberately unstable) re-encoded.
+func toYAML[M proto.Message](t testing.TB, msgs []M) []byte {
+	t.Helper()
+	var out []byte
+	for _, m := range msgs {
+		j, err := protojson.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		y, err := yaml.JSONToYAML(j)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, "---\n"...)
+		out = append(out, y...)
+	}
+	return out
+}
+
+// TestTranslateGolden compares the translation of every testdata/<case>.in.yaml with
+// testdata/<case>.<kind>.golden.yaml. `go test ./xds -run Golden -update` rewrites them and removes
+// golden files whose case is gone.
+func TestTranslateGolden(t *testing.T) {
+	ins, err := filepath.Glob("testdata/*.in.yaml")
+	if err != nil || len(ins) == 0 {
+		t.Fatalf("no cases: %v", err)
+	}
+	want := map[string]bool{}
+	for _, in := range ins {
+		name := strings.TrimSuffix(filepath.Base(in), ".in.yaml")
+		t.Run(name, func(t *testing.T) {
+			rs, err := Translate(loadScenario(t, in), testOptions())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for kind, got := range map[string][]byte{
+				"listeners": toYAML(t, rs.Listeners),
+				"routes":    toYAML(t, rs.Routes),
+				"clusters":  toYAML(t, rs.Clusters),
+			} {
+				path := filepath.Join("testdata", name+"."+kind+".golden.yaml")
+				want[path] = true
+				if *update {
+					if err := os.WriteFile(path, got, 0o644); err != nil {
+						t.Fatal(err)
+					}
+					continue
+				}
+				exp, err := os.ReadFile(path)
+				if err != nil {
+					t.Fatalf("%v (run go test ./xds -run Golden -update)", err)
+				}
+				if string(exp) != string(got) {
+					t.Errorf("%s differs from the translation; if the change is intended run go test ./xds -run Golden -update\n%s", path, lineDiff(string(exp), string(got)))
+				}
+			}
+		})
+	}
+	goldens, _ := filepath.Glob("testdata/*.golden.yaml")
+	for _, g := range goldens {
+		if want[g] {
+			continue
+		}
+		if *update {
+			os.Remove(g)
+		} else {
+			t.Errorf("stale golden file %s (its case is gone; -update removes it)", g)
+		}
+	}
+}
+
+// lineDiff shows the first differing line of two texts.
+func lineDiff(a, b string) string {
+	al, bl := strings.Split(a, "\n"), strings.Split(b, "\n")
+	for i := 0; i < len(al) || i < len(bl); i++ {
+		var x, y string
+		if i < len(al) {
+			x = al[i]
+		}
+		if i < len(bl) {
+			y = bl[i]
+		}
+		if x != y {
+			return "line " + strconv.Itoa(i+1) + ":\n  golden: " + x + "\n  now:    " + y
+		}
+	}
+	return ""
+}
+
+func TestTranslateClusters(t *testing.T) {
+	top := loadScenario(t, "testdata/three-two-sets.in.yaml")
+	rs, err := Translate(top, testOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, n := range rs.ClusterNames() {
+		got[n] = true
+	}
+	// Every cluster a decision can name exists, with its HTTP/1.1 twin.
+	for _, c := range append(top.Clusters(), wire.AllCluster) {
+		if !got[c] || !got[wire.HTTP1Cluster(c)] {
+			t.Errorf("cluster %s or its twin missing from %v", c, rs.ClusterNames())
+		}
+	}
+	if len(top.Sets) != 1 {
+		t.Errorf("sets = %v, want one ({b, c})", top.Sets)
+	}
+	if !got[wire.ExtProcCluster] {
+		t.Errorf("ext_proc cluster missing")
+	}
+}
