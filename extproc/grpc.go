@@ -7,7 +7,8 @@ import (
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/keepalive"
+
+	"github.com/skewgate/skewgate/internal/grpcutil"
 )
 
 // GRPCOptions tune the gRPC server Envoy connects to.
@@ -26,14 +27,8 @@ func NewGRPCServer(s *Server, o GRPCOptions) *grpc.Server {
 	if o.MaxConcurrentStreams == 0 {
 		o.MaxConcurrentStreams = 100000
 	}
-	opts := append([]grpc.ServerOption{
-		grpc.MaxConcurrentStreams(o.MaxConcurrentStreams),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
-		// Header-only messages are small; refuse anything absurd.
-		grpc.MaxRecvMsgSize(1 << 20),
-	}, o.ServerOptions...)
-	g := grpc.NewServer(opts...)
+	// Header-only messages are small; refuse anything absurd.
+	g := grpc.NewServer(grpcutil.ServerOptions(o.MaxConcurrentStreams, 1<<20, o.ServerOptions...)...)
 	extprocv3.RegisterExternalProcessorServer(g, s)
 	return g
 }
@@ -41,22 +36,5 @@ func NewGRPCServer(s *Server, o GRPCOptions) *grpc.Server {
 // Serve serves on lis until ctx ends, then stops gracefully: new streams are refused, open ones get
 // drain to finish, and the rest are cut.
 func Serve(ctx context.Context, g *grpc.Server, lis net.Listener, drain time.Duration) error {
-	if drain <= 0 {
-		drain = 10 * time.Second
-	}
-	errc := make(chan error, 1)
-	go func() { errc <- g.Serve(lis) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	stopped := make(chan struct{})
-	go func() { g.GracefulStop(); close(stopped) }()
-	select {
-	case <-stopped:
-	case <-time.After(drain):
-		g.Stop()
-	}
-	return <-errc
+	return grpcutil.Serve(ctx, g, lis, drain)
 }

@@ -1,0 +1,222 @@
+package xds
+
+import (
+	"context"
+	"maps"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"go.uber.org/zap"
+)
+
+// keptVersions bounds how many published cluster sets are remembered for matching ACKs.
+const keptVersions = 64
+
+type push struct {
+	typeURL, version string
+	at               time.Time
+}
+
+type stream struct {
+	node    string
+	pending map[string]push // by nonce
+	// clusters is the cluster set of the last CDS version this stream ACKed; nil before the first.
+	clusters map[string]bool
+}
+
+// acks follows every xDS stream and knows which clusters every connected Envoy has acknowledged.
+// ext_proc asks it before naming a cluster (make-before-break): a cluster created by a Topology change
+// is named only once the Envoys have it, so a request never meets "cluster not found".
+type acks struct {
+	log *zap.Logger
+	m   *metrics
+	now func() time.Time
+
+	mu        sync.Mutex
+	streams   map[int64]*stream
+	published map[string]map[string]bool // CDS version -> cluster names
+	order     []string                   // published versions, oldest first
+	latest    map[string]bool
+	nackSeen  map[string]bool // type+version+detail logged already
+
+	ready atomic.Pointer[map[string]bool]
+}
+
+func newAcks(log *zap.Logger, m *metrics, now func() time.Time) *acks {
+	a := &acks{log: log, m: m, now: now, streams: map[int64]*stream{}, published: map[string]map[string]bool{}, nackSeen: map[string]bool{}}
+	empty := map[string]bool{}
+	a.ready.Store(&empty)
+	return a
+}
+
+// Ready reports whether every connected Envoy has the cluster. Lock-free: called per request.
+func (a *acks) Ready(cluster string) bool { return (*a.ready.Load())[cluster] }
+
+// published records the clusters of a new snapshot version.
+func (a *acks) publish(version string, clusters []string) {
+	set := make(map[string]bool, len(clusters))
+	for _, c := range clusters {
+		set[c] = true
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.published[version] = set
+	a.order = append(a.order, version)
+	if len(a.order) > keptVersions {
+		delete(a.published, a.order[0])
+		a.order = a.order[1:]
+	}
+	a.latest = set
+	a.recompute()
+}
+
+// recompute sets ready to the clusters every stream that has ACKed a CDS version has, limited to the
+// latest snapshot. Streams that have not ACKed one of our versions yet have no listener serving
+// traffic from us, so they do not hold others back; with no such stream, the latest snapshot is ready
+// (an Envoy that connects later receives clusters before the listener that uses them).
+func (a *acks) recompute() {
+	ready := maps.Clone(a.latest)
+	if ready == nil {
+		ready = map[string]bool{}
+	}
+	for _, s := range a.streams {
+		if s.clusters == nil {
+			continue
+		}
+		for c := range ready {
+			if !s.clusters[c] {
+				delete(ready, c)
+			}
+		}
+	}
+	a.ready.Store(&ready)
+	a.m.readyClusters.Set(float64(len(ready)))
+}
+
+func (a *acks) open(id int64, mode string) {
+	a.mu.Lock()
+	a.streams[id] = &stream{pending: map[string]push{}}
+	a.mu.Unlock()
+	a.m.streams.WithLabelValues(mode).Inc()
+}
+
+func (a *acks) closed(id int64, mode string) {
+	a.mu.Lock()
+	delete(a.streams, id)
+	a.recompute()
+	a.mu.Unlock()
+	a.m.streams.WithLabelValues(mode).Dec()
+}
+
+func (a *acks) sent(id int64, typeURL, version, nonce string) {
+	a.m.pushes.WithLabelValues(shortType(typeURL)).Inc()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if s := a.streams[id]; s != nil {
+		s.pending[nonce] = push{typeURL: typeURL, version: version, at: a.now()}
+	}
+}
+
+// received handles a request on stream id: an ACK or NACK when it names a nonce we sent.
+func (a *acks) received(id int64, node *corev3.Node, nonce string, nack *string) {
+	if nonce == "" {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s := a.streams[id]
+	if s == nil {
+		return
+	}
+	if node != nil && node.Id != "" {
+		s.node = node.Id
+	}
+	p, ok := s.pending[nonce]
+	if !ok {
+		return
+	}
+	// A newer response of a type supersedes older ones of that type (ADS multiplexes types).
+	for n, q := range s.pending {
+		if q.typeURL == p.typeURL {
+			delete(s.pending, n)
+		}
+	}
+	a.m.ackLatency.Observe(a.now().Sub(p.at).Seconds())
+	typ := shortType(p.typeURL)
+	if nack != nil {
+		a.m.nacks.WithLabelValues(typ).Inc()
+		key := p.typeURL + "\x00" + p.version + "\x00" + *nack
+		if !a.nackSeen[key] {
+			a.nackSeen[key] = true
+			a.log.Error("Envoy rejected configuration; it keeps its last accepted config",
+				zap.String("node", s.node), zap.String("type", typ), zap.String("version", p.version), zap.String("detail", *nack))
+		}
+		return
+	}
+	a.m.acks.WithLabelValues(typ).Inc()
+	if p.typeURL == resourcev3.ClusterType {
+		if set, ok := a.published[p.version]; ok {
+			s.clusters = set
+			a.recompute()
+		}
+	}
+}
+
+func shortType(typeURL string) string {
+	switch typeURL {
+	case resourcev3.ClusterType:
+		return "cluster"
+	case resourcev3.ListenerType:
+		return "listener"
+	case resourcev3.RouteType:
+		return "route"
+	case resourcev3.EndpointType:
+		return "endpoint"
+	case resourcev3.SecretType:
+		return "secret"
+	}
+	return "other"
+}
+
+// callbacks adapts acks to go-control-plane's server callbacks.
+type callbacks struct{ a *acks }
+
+func (c callbacks) OnStreamOpen(_ context.Context, id int64, _ string) error {
+	c.a.open(id, modeSotW)
+	return nil
+}
+func (c callbacks) OnStreamClosed(id int64, _ *corev3.Node) { c.a.closed(id, modeSotW) }
+func (c callbacks) OnStreamRequest(id int64, r *discoveryv3.DiscoveryRequest) error {
+	c.a.received(id, r.GetNode(), r.GetResponseNonce(), nackDetail(r.GetErrorDetail().GetMessage(), r.GetErrorDetail() != nil))
+	return nil
+}
+func (c callbacks) OnStreamResponse(_ context.Context, id int64, _ *discoveryv3.DiscoveryRequest, r *discoveryv3.DiscoveryResponse) {
+	c.a.sent(id, r.GetTypeUrl(), r.GetVersionInfo(), r.GetNonce())
+}
+func (c callbacks) OnDeltaStreamOpen(_ context.Context, id int64, _ string) error {
+	c.a.open(id, modeDelta)
+	return nil
+}
+func (c callbacks) OnDeltaStreamClosed(id int64, _ *corev3.Node) { c.a.closed(id, modeDelta) }
+func (c callbacks) OnStreamDeltaRequest(id int64, r *discoveryv3.DeltaDiscoveryRequest) error {
+	c.a.received(id, r.GetNode(), r.GetResponseNonce(), nackDetail(r.GetErrorDetail().GetMessage(), r.GetErrorDetail() != nil))
+	return nil
+}
+func (c callbacks) OnStreamDeltaResponse(id int64, _ *discoveryv3.DeltaDiscoveryRequest, r *discoveryv3.DeltaDiscoveryResponse) {
+	c.a.sent(id, r.GetTypeUrl(), r.GetSystemVersionInfo(), r.GetNonce())
+}
+func (c callbacks) OnFetchRequest(context.Context, *discoveryv3.DiscoveryRequest) error           { return nil }
+func (c callbacks) OnFetchResponse(*discoveryv3.DiscoveryRequest, *discoveryv3.DiscoveryResponse) {}
+
+func nackDetail(msg string, isNack bool) *string {
+	if !isNack {
+		return nil
+	}
+	msg = strings.TrimSpace(msg)
+	return &msg
+}

@@ -1,0 +1,179 @@
+package xds
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
+	"sigs.k8s.io/yaml"
+
+	"github.com/skewgate/skewgate/internal/wire"
+)
+
+// BootstrapOptions describe the Envoy that fronts the apiservers: who it is and where its control
+// plane is. Everything else arrives over ADS.
+type BootstrapOptions struct {
+	NodeID, NodeCluster string
+	// XDSAddress is skewgate's xDS server, host:port or unix:///path.
+	XDSAddress string
+	// XDSCAFile, XDSCertFile and XDSKeyFile turn on mTLS to the xDS server (required unless the
+	// address is loopback or a unix socket). XDSSNI defaults to the host of XDSAddress.
+	XDSCAFile, XDSCertFile, XDSKeyFile, XDSSNI string
+	// Delta selects incremental xDS (the default in the rendered example); false is state of the world.
+	Delta bool
+	// AdminAddress is Envoy's admin listener, host:port; it must be loopback [127.0.0.1:9901].
+	AdminAddress string
+	// MaxConnections bounds downstream connections (overload manager) [50000].
+	MaxConnections int
+}
+
+// Bootstrap returns the Envoy bootstrap for o, validated.
+func Bootstrap(o BootstrapOptions) (*bootstrapv3.Bootstrap, error) {
+	if o.AdminAddress == "" {
+		o.AdminAddress = "127.0.0.1:9901"
+	}
+	if o.MaxConnections == 0 {
+		o.MaxConnections = 50000
+	}
+	var errs []error
+	if o.NodeID == "" || o.NodeCluster == "" {
+		errs = append(errs, errors.New("node id and node cluster are required"))
+	}
+	adminHost, adminPort, err := splitHostPort(o.AdminAddress)
+	if err != nil || !isLoopback(adminHost) || !isIP(adminHost) {
+		errs = append(errs, fmt.Errorf("admin address %q must be a loopback ip:port: the admin API can change Envoy's state", o.AdminAddress))
+	}
+	tlsFiles := 0
+	for _, f := range []string{o.XDSCAFile, o.XDSCertFile, o.XDSKeyFile} {
+		if f != "" {
+			tlsFiles++
+		}
+	}
+	if tlsFiles != 0 && tlsFiles != 3 {
+		errs = append(errs, errors.New("xDS mTLS needs all of CA, certificate and key files"))
+	}
+	xdsPipe, isPipe := strings.CutPrefix(o.XDSAddress, "unix://")
+	var xdsHost string
+	switch {
+	case o.XDSAddress == "":
+		errs = append(errs, errors.New("xDS address is required"))
+	case isPipe:
+		if !strings.HasPrefix(xdsPipe, "/") {
+			errs = append(errs, fmt.Errorf("xDS address %q: unix socket path must be absolute", o.XDSAddress))
+		}
+	default:
+		if xdsHost, _, err = splitHostPort(o.XDSAddress); err != nil {
+			errs = append(errs, fmt.Errorf("xDS address %q: %v", o.XDSAddress, err))
+		} else if tlsFiles == 0 && !isLoopback(xdsHost) {
+			errs = append(errs, fmt.Errorf("xDS address %q is not loopback: give xDS CA, certificate and key files (plaintext only on loopback or a unix socket)", o.XDSAddress))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+
+	protoAny, err := pack(&httpv3.HttpProtocolOptions{
+		UpstreamProtocolOptions: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig{
+			ProtocolConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{Http2ProtocolOptions: &corev3.Http2ProtocolOptions{
+				ConnectionKeepalive: &corev3.KeepaliveSettings{Interval: durationpb.New(30 * time.Second), Timeout: durationpb.New(5 * time.Second)},
+			}},
+		}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	xdsCluster := &clusterv3.Cluster{
+		Name:                          wire.XDSCluster,
+		ConnectTimeout:                durationpb.New(time.Second),
+		TypedExtensionProtocolOptions: map[string]*anypb.Any{httpProtocolOptionsKey: protoAny},
+	}
+	if isPipe {
+		xdsCluster.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STATIC}
+		xdsCluster.LoadAssignment = &endpointv3.ClusterLoadAssignment{ClusterName: wire.XDSCluster, Endpoints: []*endpointv3.LocalityLbEndpoints{{
+			LbEndpoints: []*endpointv3.LbEndpoint{lbEndpoint(&corev3.Address{Address: &corev3.Address_Pipe{Pipe: &corev3.Pipe{Path: xdsPipe}}})},
+		}}}
+	} else {
+		la, typ, err := loadAssignment(wire.XDSCluster, []string{o.XDSAddress})
+		if err != nil {
+			return nil, err
+		}
+		xdsCluster.ClusterDiscoveryType, xdsCluster.LoadAssignment = &clusterv3.Cluster_Type{Type: typ}, la
+	}
+	if tlsFiles == 3 {
+		sni := o.XDSSNI
+		if sni == "" {
+			sni = xdsHost
+		}
+		tlsAny, err := pack(&tlsv3.UpstreamTlsContext{Sni: sni, CommonTlsContext: &tlsv3.CommonTlsContext{
+			TlsParams:       &tlsv3.TlsParameters{TlsMinimumProtocolVersion: tlsv3.TlsParameters_TLSv1_3},
+			TlsCertificates: []*tlsv3.TlsCertificate{{CertificateChain: file(o.XDSCertFile), PrivateKey: file(o.XDSKeyFile)}},
+			ValidationContextType: &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
+				TrustedCa: file(o.XDSCAFile),
+				MatchTypedSubjectAltNames: []*tlsv3.SubjectAltNameMatcher{{
+					SanType: sanType(sni), Matcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: sni}},
+				}},
+			}},
+			AlpnProtocols: []string{"h2"},
+		}})
+		if err != nil {
+			return nil, err
+		}
+		xdsCluster.TransportSocket = &corev3.TransportSocket{Name: transportTLS, ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: tlsAny}}
+	}
+
+	apiType := corev3.ApiConfigSource_GRPC
+	if o.Delta {
+		apiType = corev3.ApiConfigSource_DELTA_GRPC
+	}
+	runtime, err := structpb.NewStruct(map[string]any{
+		"overload": map[string]any{"global_downstream_max_connections": o.MaxConnections},
+	})
+	if err != nil {
+		return nil, err
+	}
+	b := &bootstrapv3.Bootstrap{
+		Node: &corev3.Node{Id: o.NodeID, Cluster: o.NodeCluster},
+		DynamicResources: &bootstrapv3.Bootstrap_DynamicResources{
+			AdsConfig: &corev3.ApiConfigSource{
+				ApiType:                   apiType,
+				TransportApiVersion:       corev3.ApiVersion_V3,
+				SetNodeOnFirstMessageOnly: true,
+				GrpcServices: []*corev3.GrpcService{{TargetSpecifier: &corev3.GrpcService_EnvoyGrpc_{
+					EnvoyGrpc: &corev3.GrpcService_EnvoyGrpc{ClusterName: wire.XDSCluster},
+				}}},
+			},
+			CdsConfig: adsSource(),
+			LdsConfig: adsSource(),
+		},
+		StaticResources: &bootstrapv3.Bootstrap_StaticResources{Clusters: []*clusterv3.Cluster{xdsCluster}},
+		Admin:           &bootstrapv3.Admin{Address: socketAddress(adminHost, adminPort)},
+		LayeredRuntime: &bootstrapv3.LayeredRuntime{Layers: []*bootstrapv3.RuntimeLayer{{
+			Name: "static", LayerSpecifier: &bootstrapv3.RuntimeLayer_StaticLayer{StaticLayer: runtime},
+		}}},
+	}
+	if err := b.ValidateAll(); err != nil {
+		return nil, fmt.Errorf("bootstrap: %w", err)
+	}
+	return b, nil
+}
+
+// BootstrapYAML renders b as YAML (protojson re-encoded, so the output is stable).
+func BootstrapYAML(b *bootstrapv3.Bootstrap) ([]byte, error) {
+	j, err := protojson.Marshal(b)
+	if err != nil {
+		return nil, err
+	}
+	return yaml.JSONToYAML(j)
+}

@@ -1,0 +1,77 @@
+package xds
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Label values.
+const (
+	modeSotW  = "sotw"
+	modeDelta = "delta"
+
+	publishOK        = "published"
+	publishUnchanged = "unchanged"
+	publishFailed    = "failed"
+)
+
+type metrics struct {
+	streams       *prometheus.GaugeVec
+	pushes        *prometheus.CounterVec
+	acks          *prometheus.CounterVec
+	nacks         *prometheus.CounterVec
+	ackLatency    prometheus.Histogram
+	publishes     *prometheus.CounterVec
+	translate     prometheus.Histogram
+	clusters      prometheus.Gauge
+	retained      prometheus.Gauge
+	readyClusters prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		streams: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "skewgate_xds_streams",
+			Help: "Open xDS streams by protocol (sotw, delta).",
+		}, []string{"mode"}),
+		pushes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "skewgate_xds_pushes_total",
+			Help: "xDS responses sent, by resource type.",
+		}, []string{"type"}),
+		acks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "skewgate_xds_acks_total",
+			Help: "xDS responses acknowledged by Envoy, by resource type.",
+		}, []string{"type"}),
+		nacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "skewgate_xds_nacks_total",
+			Help: "xDS responses rejected by Envoy, by resource type. The error detail is logged once per version.",
+		}, []string{"type"}),
+		ackLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "skewgate_xds_ack_duration_seconds",
+			Help:    "Time from sending an xDS response to its ACK or NACK.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+		}),
+		publishes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "skewgate_xds_publishes_total",
+			Help: "Snapshot publications by result: published, unchanged (identical resources, nothing sent), failed (translation or validation failed; Envoy keeps the last good snapshot).",
+		}, []string{"result"}),
+		translate: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "skewgate_xds_translate_duration_seconds",
+			Help:    "Time to translate a Topology into Envoy resources and build the snapshot.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 14),
+		}),
+		clusters: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "skewgate_xds_clusters",
+			Help: "Clusters in the published snapshot, including retained ones.",
+		}),
+		retained: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "skewgate_xds_retained_clusters",
+			Help: "Clusters no longer in the Topology, kept for the grace period so in-flight routing never names a missing cluster.",
+		}),
+		readyClusters: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "skewgate_xds_acked_clusters",
+			Help: "Clusters every connected Envoy has acknowledged: the ones ext_proc may name.",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.streams, m.pushes, m.acks, m.nacks, m.ackLatency, m.publishes, m.translate, m.clusters, m.retained, m.readyClusters)
+	}
+	return m
+}

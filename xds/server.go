@@ -1,0 +1,304 @@
+package xds
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	clusterservice "github.com/envoyproxy/go-control-plane/envoy/service/cluster/v3"
+	discoveryservice "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	listenerservice "github.com/envoyproxy/go-control-plane/envoy/service/listener/v3"
+	routeservice "github.com/envoyproxy/go-control-plane/envoy/service/route/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/skewgate/skewgate/discovery"
+)
+
+// TopologySource is what the xDS server needs from discovery.
+type TopologySource interface {
+	// Watch returns the current Topology (nil before the first) and a channel closed when it is
+	// replaced.
+	Watch() (*discovery.Topology, <-chan struct{})
+}
+
+// Config configures a Server.
+type Config struct {
+	Options Options
+	Source  TopologySource
+	// Grace keeps a cluster that left the Topology in the snapshot this long, so requests routed to it
+	// just before the change still find it [60s].
+	Grace    time.Duration
+	Logger   *zap.Logger
+	Registry prometheus.Registerer
+	// Now is the clock [time.Now]; VersionPrefix starts every snapshot version [the start time in
+	// nanoseconds, base 36], so versions never repeat across restarts (REFERENCE.md §7).
+	Now           func() time.Time
+	VersionPrefix string
+}
+
+// nodeGroup is the single snapshot key: every Envoy in front of one control plane gets the same
+// configuration, whatever its node id.
+const nodeGroup = "skewgate"
+
+type constHash struct{}
+
+func (constHash) ID(*corev3.Node) string { return nodeGroup }
+
+// Server publishes the Topology to Envoys over ADS.
+type Server struct {
+	cfg   Config
+	log   *zap.Logger
+	m     *metrics
+	cache cachev3.SnapshotCache
+	acks  *acks
+	xds   serverv3.Server
+
+	seq      int
+	lastHash string
+	// retained holds clusters that left the Topology, until their time is up.
+	retained map[string]retainedCluster
+	// last holds the clusters of the last snapshot that are in the Topology, to retain when they leave.
+	last map[string]*clusterv3.Cluster
+
+	mu      sync.Mutex
+	version string
+	changed chan struct{}
+}
+
+type retainedCluster struct {
+	c     *clusterv3.Cluster
+	until time.Time
+}
+
+// New validates cfg and returns a Server; Run publishes, Register serves.
+func New(ctx context.Context, cfg Config) (*Server, error) {
+	if cfg.Source == nil {
+		return nil, errors.New("xds: no Topology source")
+	}
+	cfg.Options = cfg.Options.WithDefaults()
+	if err := cfg.Options.Validate(); err != nil {
+		return nil, fmt.Errorf("xds: %w", err)
+	}
+	if cfg.Grace == 0 {
+		cfg.Grace = time.Minute
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.VersionPrefix == "" {
+		cfg.VersionPrefix = strconv.FormatInt(cfg.Now().UnixNano(), 36)
+	}
+	log := cfg.Logger.Named("xds")
+	m := newMetrics(cfg.Registry)
+	s := &Server{
+		cfg: cfg, log: log, m: m,
+		cache:    cachev3.NewSnapshotCache(true, constHash{}, zapLogger{log.Named("cache")}),
+		acks:     newAcks(log, m, cfg.Now),
+		retained: map[string]retainedCluster{},
+		last:     map[string]*clusterv3.Cluster{},
+		changed:  make(chan struct{}),
+	}
+	s.xds = serverv3.NewServer(ctx, s.cache, callbacks{s.acks})
+	return s, nil
+}
+
+// Register adds the ADS service (state of the world and delta) and the per-type services to g.
+func (s *Server) Register(g *grpc.Server) {
+	discoveryservice.RegisterAggregatedDiscoveryServiceServer(g, s.xds)
+	clusterservice.RegisterClusterDiscoveryServiceServer(g, s.xds)
+	listenerservice.RegisterListenerDiscoveryServiceServer(g, s.xds)
+	routeservice.RegisterRouteDiscoveryServiceServer(g, s.xds)
+}
+
+// ClusterReady reports whether every connected Envoy has acknowledged cluster; ext_proc names only
+// such clusters.
+func (s *Server) ClusterReady(cluster string) bool { return s.acks.Ready(cluster) }
+
+// Version returns the last published snapshot version ("" before the first) and a channel closed at
+// the next publication.
+func (s *Server) Version() (string, <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.version, s.changed
+}
+
+// Run publishes a snapshot for every new Topology, and again when retained clusters expire, until
+// ctx ends. Before the first Topology it publishes a front with no upstreams, so Envoy starts its
+// listener and answers 503 instead of refusing connections.
+func (s *Server) Run(ctx context.Context) error {
+	var expiry *time.Timer
+	for {
+		t, changed := s.cfg.Source.Watch()
+		next := s.publish(ctx, t)
+		var expired <-chan time.Time
+		if !next.IsZero() {
+			if expiry != nil {
+				expiry.Stop()
+			}
+			expiry = time.NewTimer(next.Sub(s.cfg.Now()))
+			expired = expiry.C
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changed:
+		case <-expired:
+		}
+	}
+}
+
+// publish translates t and sets the snapshot. It returns when the next retained cluster expires
+// (zero if none is retained).
+func (s *Server) publish(ctx context.Context, t *discovery.Topology) time.Time {
+	start := time.Now()
+	rs, err := Translate(t, s.cfg.Options)
+	if err != nil {
+		s.m.publishes.WithLabelValues(publishFailed).Inc()
+		s.log.Error("translation failed; Envoy keeps the last good configuration", zap.Error(err), zap.String("topology", topologyVersion(t)))
+		return s.nextExpiry()
+	}
+	now := s.cfg.Now()
+	// Clusters that left the Topology keep serving requests already routed to them for the grace
+	// period; a cluster that comes back is current again.
+	current := make(map[string]*clusterv3.Cluster, len(rs.Clusters))
+	for _, c := range rs.Clusters {
+		current[c.Name] = c
+		delete(s.retained, c.Name)
+	}
+	for name, c := range s.last {
+		if current[name] == nil {
+			s.retained[name] = retainedCluster{c: c, until: now.Add(s.cfg.Grace)}
+		}
+	}
+	s.last = current
+	for name, r := range s.retained {
+		if !now.Before(r.until) {
+			delete(s.retained, name)
+			continue
+		}
+		rs.Clusters = append(rs.Clusters, r.c)
+	}
+	s.m.retained.Set(float64(len(s.retained)))
+	slices.SortFunc(rs.Clusters, func(a, b *clusterv3.Cluster) int { return cmpString(a.Name, b.Name) })
+
+	resources := map[resourcev3.Type][]types.Resource{
+		resourcev3.ClusterType:  toResources(rs.Clusters),
+		resourcev3.RouteType:    toResources(rs.Routes),
+		resourcev3.ListenerType: toResources(rs.Listeners),
+	}
+	hash, err := contentHash(rs)
+	if err != nil {
+		s.m.publishes.WithLabelValues(publishFailed).Inc()
+		s.log.Error("hashing resources failed", zap.Error(err))
+		return s.nextExpiry()
+	}
+	if hash == s.lastHash {
+		s.m.publishes.WithLabelValues(publishUnchanged).Inc()
+		return s.nextExpiry()
+	}
+	s.seq++
+	version := s.cfg.VersionPrefix + "-" + strconv.Itoa(s.seq)
+	snap, err := cachev3.NewSnapshot(version, resources)
+	if err == nil {
+		err = snap.Consistent()
+	}
+	if err == nil {
+		// Record the clusters before Envoy can ACK them.
+		s.acks.publish(version, rs.ClusterNames())
+		err = s.cache.SetSnapshot(ctx, nodeGroup, snap)
+	}
+	if err != nil {
+		s.m.publishes.WithLabelValues(publishFailed).Inc()
+		s.log.Error("snapshot rejected; Envoy keeps the last good configuration", zap.Error(err))
+		return s.nextExpiry()
+	}
+	s.lastHash = hash
+	s.m.publishes.WithLabelValues(publishOK).Inc()
+	s.m.translate.Observe(time.Since(start).Seconds())
+	s.m.clusters.Set(float64(len(rs.Clusters)))
+	s.log.Info("published", zap.String("version", version), zap.String("topology", topologyVersion(t)),
+		zap.Int("clusters", len(rs.Clusters)), zap.Int("retained", len(s.retained)))
+
+	s.mu.Lock()
+	s.version = version
+	close(s.changed)
+	s.changed = make(chan struct{})
+	s.mu.Unlock()
+	return s.nextExpiry()
+}
+
+func (s *Server) nextExpiry() time.Time {
+	var next time.Time
+	for _, r := range s.retained {
+		if next.IsZero() || r.until.Before(next) {
+			next = r.until
+		}
+	}
+	return next
+}
+
+func toResources[M types.Resource](in []M) []types.Resource {
+	out := make([]types.Resource, len(in))
+	for i, r := range in {
+		out[i] = r
+	}
+	return out
+}
+
+// contentHash identifies the resources, so an unchanged translation publishes nothing.
+func contentHash(rs *Resources) (string, error) {
+	h := sha256.New()
+	opts := proto.MarshalOptions{Deterministic: true}
+	var msgs []proto.Message
+	for _, l := range rs.Listeners {
+		msgs = append(msgs, l)
+	}
+	for _, r := range rs.Routes {
+		msgs = append(msgs, r)
+	}
+	for _, c := range rs.Clusters {
+		msgs = append(msgs, c)
+	}
+	for _, m := range msgs {
+		b, err := opts.Marshal(m)
+		if err != nil {
+			return "", err
+		}
+		h.Write(strconv.AppendInt(nil, int64(len(b)), 10))
+		h.Write(b)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+func topologyVersion(t *discovery.Topology) string {
+	if t == nil {
+		return "none"
+	}
+	return t.Version
+}
+
+// zapLogger adapts zap to go-control-plane's logger; its chatter is debug level.
+type zapLogger struct{ l *zap.Logger }
+
+func (z zapLogger) Debugf(f string, a ...any) { z.l.Sugar().Debugf(f, a...) }
+func (z zapLogger) Infof(f string, a ...any)  { z.l.Sugar().Debugf(f, a...) }
+func (z zapLogger) Warnf(f string, a ...any)  { z.l.Sugar().Warnf(f, a...) }
+func (z zapLogger) Errorf(f string, a ...any) { z.l.Sugar().Errorf(f, a...) }
