@@ -7,8 +7,9 @@ const (
 	OutcomeDefault     = "default"     // no routing header: every upstream serves it, or none does
 	OutcomeRouted      = "routed"      // routed to a capability-set or upstream cluster
 	OutcomeUnavailable = "unavailable" // 503: capable upstreams exist, none is ready
-	OutcomeDiscovery   = "discovery"   // a discovery path
-	OutcomePassthrough = "passthrough" // non-resource request
+	OutcomePending     = "pending"     // 503: the capable set's cluster is not in every Envoy yet
+	OutcomeDiscovery   = "discovery"   // discovery document served from the merged Topology
+	OutcomePassthrough = "passthrough" // non-resource request, or discovery an apiserver answers itself (profile=nopeer)
 	OutcomeUnsynced    = "unsynced"    // no Topology yet: default route
 	OutcomeInvalid     = "invalid"     // malformed request: 400
 )
@@ -23,7 +24,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "skewgate_extproc_decisions_total",
-			Help: "Routing decisions by outcome (default, routed, unavailable, discovery, passthrough, unsynced, invalid).",
+			Help: "Routing decisions by outcome (default, routed, unavailable, pending, discovery, passthrough, unsynced, invalid).",
 		}, []string{"outcome"}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "skewgate_extproc_decision_duration_seconds",
@@ -38,7 +39,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	if reg != nil {
 		reg.MustRegister(m.decisions, m.latency, m.streams)
 	}
-	for _, o := range []string{OutcomeDefault, OutcomeRouted, OutcomeUnavailable, OutcomeDiscovery, OutcomePassthrough, OutcomeUnsynced, OutcomeInvalid} {
+	for _, o := range []string{OutcomeDefault, OutcomeRouted, OutcomeUnavailable, OutcomePending, OutcomeDiscovery, OutcomePassthrough, OutcomeUnsynced, OutcomeInvalid} {
 		m.decisions.WithLabelValues(o)
 	}
 	return m

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -27,20 +28,41 @@ type TopologySource interface {
 	Current() *discovery.Topology
 }
 
+// ClusterGate says whether a cluster may be named yet: every Envoy has acknowledged it (xds).
+type ClusterGate interface {
+	ClusterReady(cluster string) bool
+}
+
+// Option configures a Server.
+type Option func(*Server)
+
+// WithClusterGate makes the service name only clusters g reports ready; a request that needs a
+// cluster Envoy does not have yet gets a 503 with Retry-After (make-before-break), never a
+// "cluster not found" or a wrong 404.
+func WithClusterGate(g ClusterGate) Option { return func(s *Server) { s.gate = g } }
+
 // Server implements envoy.service.ext_proc.v3.ExternalProcessor.
 type Server struct {
 	extprocv3.UnimplementedExternalProcessorServer
 	src     TopologySource
+	gate    ClusterGate
 	log     *zap.Logger
 	metrics *metrics
+
+	frontDiscovery atomic.Pointer[frontDiscovery]
+	identities     identityCache
 }
 
 // NewServer returns a Server reading from src.
-func NewServer(src TopologySource, log *zap.Logger, reg prometheus.Registerer) *Server {
+func NewServer(src TopologySource, log *zap.Logger, reg prometheus.Registerer, opts ...Option) *Server {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	return &Server{src: src, log: log.Named("extproc"), metrics: newMetrics(reg)}
+	s := &Server{src: src, log: log.Named("extproc"), metrics: newMetrics(reg)}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
 }
 
 // streamState is where a stream is in the ext_proc exchange.
@@ -98,60 +120,87 @@ func headerValue(h *corev3.HeaderValue) string {
 	return h.Value
 }
 
+// request is what the service reads from the request headers Envoy sends.
+type headersRead struct {
+	method, path, accept, ifNoneMatch, clientCert string
+	hasPath, upgrade                              bool
+	extra                                         []string // client-supplied X-Remote-Extra-* names
+}
+
 // requestHeaders decides for one request.
 func (s *Server) requestHeaders(h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
 	start := time.Now()
-	var method, path string
-	var hasPath bool
-	// Always remove client copies of the routing and identity headers (the listener removes them
-	// too, before ext_proc runs, so a dead processor cannot turn this off).
-	remove := []string{wire.RouteHeader, wire.RemoteUserHeader, wire.RemoteGroupHeader, wire.RemoteUIDHeader}
+	var r headersRead
 	for _, hv := range h.GetHeaders().GetHeaders() {
 		switch k := strings.ToLower(hv.Key); {
 		case k == ":method":
-			method = headerValue(hv)
+			r.method = headerValue(hv)
 		case k == ":path":
-			path, hasPath = headerValue(hv), true
+			r.path, r.hasPath = headerValue(hv), true
+		case k == "accept":
+			r.accept = headerValue(hv)
+		case k == "if-none-match":
+			r.ifNoneMatch = headerValue(hv)
+		case k == "upgrade":
+			r.upgrade = headerValue(hv) != ""
+		case k == wire.ForwardedCertHeader:
+			r.clientCert = headerValue(hv)
 		case strings.HasPrefix(k, wire.RemoteExtraPrefix):
-			remove = append(remove, k)
+			r.extra = append(r.extra, k)
 		}
 	}
-	outcome, resp := s.decide(method, path, hasPath, remove)
+	outcome, resp := s.decide(&r)
 	s.metrics.decisions.WithLabelValues(outcome).Inc()
 	s.metrics.latency.Observe(time.Since(start).Seconds())
 	if ce := s.log.Check(zap.DebugLevel, "decision"); ce != nil {
-		ce.Write(zap.String("method", method), zap.String("path", path), zap.String("outcome", outcome))
+		ce.Write(zap.String("method", r.method), zap.String("path", r.path), zap.String("outcome", outcome))
 	}
 	return resp
 }
 
-func (s *Server) decide(method, path string, hasPath bool, remove []string) (string, *extprocv3.ProcessingResponse) {
-	if !hasPath {
+func (s *Server) decide(r *headersRead) (string, *extprocv3.ProcessingResponse) {
+	if !r.hasPath {
 		return OutcomeInvalid, immediate(http.StatusBadRequest, "BadRequest", "request has no :path")
 	}
-	r, err := Classify(method, path)
+	c, err := Classify(r.method, r.path)
 	if err != nil {
 		return OutcomeInvalid, immediate(http.StatusBadRequest, "BadRequest", err.Error())
 	}
-	switch r.Kind {
-	case Discovery:
-		return OutcomeDiscovery, continueWith(remove, "")
-	case NonResource:
-		return OutcomePassthrough, continueWith(remove, "")
-	}
+	id := s.identities.lookup(r.clientCert)
 	t := s.src.Current()
-	if t == nil {
-		return OutcomeUnsynced, continueWith(remove, "")
+	switch c.Kind {
+	case Discovery:
+		if t == nil {
+			return OutcomeUnsynced, s.continueWith(r, "", id)
+		}
+		if resp := s.discoveryFor(t).serve(r.method, r.path, r.accept, r.ifNoneMatch); resp != nil {
+			return OutcomeDiscovery, resp
+		}
+		return OutcomePassthrough, s.continueWith(r, "", id)
+	case NonResource:
+		return OutcomePassthrough, s.continueWith(r, "", id)
 	}
-	d := t.Decide(r.Key, r.Verb)
+	if t == nil {
+		return OutcomeUnsynced, s.continueWith(r, "", id)
+	}
+	d := t.Decide(c.Key, c.Verb)
 	switch d.Action {
 	case discovery.ActionRoute:
-		return OutcomeRouted, continueWith(remove, d.Cluster)
+		cluster := d.Cluster
+		if r.upgrade {
+			// exec, attach, port-forward: the HTTP/1.1 twin carries the upgrade.
+			cluster = wire.HTTP1Cluster(cluster)
+		}
+		if s.gate != nil && !s.gate.ClusterReady(cluster) {
+			return OutcomePending, immediate(http.StatusServiceUnavailable, string(metav1.StatusReasonServiceUnavailable),
+				fmt.Sprintf("routing to the apiservers that serve %s is being set up, retry", resourceName(c.Key)))
+		}
+		return OutcomeRouted, s.continueWith(r, cluster, id)
 	case discovery.ActionUnavailable:
 		return OutcomeUnavailable, immediate(http.StatusServiceUnavailable, string(metav1.StatusReasonServiceUnavailable),
-			fmt.Sprintf("no apiserver that serves %s is available, retry later", resourceName(r.Key)))
+			fmt.Sprintf("no apiserver that serves %s is available, retry later", resourceName(c.Key)))
 	}
-	return OutcomeDefault, continueWith(remove, "")
+	return OutcomeDefault, s.continueWith(r, "", id)
 }
 
 func resourceName(k discovery.ResourceKey) string {
@@ -165,18 +214,27 @@ func resourceName(k discovery.ResourceKey) string {
 	return s + "." + k.Group + " (" + k.Version + ")"
 }
 
-// continueWith lets the request go on, with the routing header set to cluster (or removed). The
-// response always carries a header mutation: Envoy only clears the route cache when it does
-// (envoy#31241), and clear_route_cache makes the route table see our header.
-func continueWith(remove []string, cluster string) *extprocv3.ProcessingResponse {
-	m := &extprocv3.HeaderMutation{RemoveHeaders: remove}
+// continueWith lets the request go on, with the routing header set to cluster (or removed) and the
+// identity headers set from the verified client certificate (or removed). The response always
+// carries a header mutation: Envoy only clears the route cache when it does (envoy#31241), and
+// clear_route_cache makes the route table see our header.
+func (s *Server) continueWith(r *headersRead, cluster string, id *identity) *extprocv3.ProcessingResponse {
+	m := &extprocv3.HeaderMutation{RemoveHeaders: make([]string, 0, 4+len(r.extra))}
 	if cluster != "" {
-		m.RemoveHeaders = remove[1:] // RouteHeader is overwritten instead
-		m.SetHeaders = []*corev3.HeaderValueOption{{
+		m.SetHeaders = append(m.SetHeaders, &corev3.HeaderValueOption{
 			Header:       &corev3.HeaderValue{Key: wire.RouteHeader, RawValue: []byte(cluster)},
 			AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
-		}}
+		})
+	} else {
+		m.RemoveHeaders = append(m.RemoveHeaders, wire.RouteHeader)
 	}
+	if id != nil {
+		m.SetHeaders = append(m.SetHeaders, id.headers...)
+	} else {
+		m.RemoveHeaders = append(m.RemoveHeaders, wire.RemoteUserHeader, wire.RemoteGroupHeader)
+	}
+	m.RemoveHeaders = append(m.RemoveHeaders, wire.RemoteUIDHeader)
+	m.RemoveHeaders = append(m.RemoveHeaders, r.extra...)
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{
 		RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{HeaderMutation: m, ClearRouteCache: true}},
 	}}

@@ -41,7 +41,8 @@ func grp(name, version string, rs ...apidiscoveryv2.APIResourceDiscovery) apidis
 }
 
 func rsc(name string, subs ...string) apidiscoveryv2.APIResourceDiscovery {
-	r := apidiscoveryv2.APIResourceDiscovery{Resource: name, Verbs: verbs}
+	r := apidiscoveryv2.APIResourceDiscovery{Resource: name, Verbs: verbs, Scope: apidiscoveryv2.ScopeNamespace,
+		ResponseKind: &metav1.GroupVersionKind{Kind: strings.ToUpper(name[:1]) + name[1:len(name)-1]}}
 	for _, s := range subs {
 		r.Subresources = append(r.Subresources, apidiscoveryv2.APISubresourceDiscovery{Subresource: s, Verbs: []string{"get", "create", "update", "patch"}})
 	}
@@ -69,7 +70,7 @@ type harness struct {
 	srv    *Server
 }
 
-func startServer(t testing.TB) *harness {
+func startServer(t testing.TB, opts ...Option) *harness {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -78,7 +79,7 @@ func startServer(t testing.TB) *harness {
 	src := &fixedSource{}
 	src.t.Store(skewedTopology())
 	reg := prometheus.NewRegistry()
-	s := NewServer(src, nil, reg)
+	s := NewServer(src, nil, reg, opts...)
 	g := NewGRPCServer(s, GRPCOptions{})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -139,10 +140,19 @@ type want struct {
 	code    int    // 0: continue
 	cluster string // set routing header
 	reason  string // for immediate responses
+	kind    string // a discovery document served with 200: its kind
 }
 
 func check(t *testing.T, name string, resp *extprocv3.ProcessingResponse, w want) {
 	t.Helper()
+	if w.kind != "" {
+		ir := resp.GetImmediateResponse()
+		var tm metav1.TypeMeta
+		if ir == nil || ir.Status.Code != 200 || json.Unmarshal(ir.Body, &tm) != nil || tm.Kind != w.kind {
+			t.Errorf("%s: want a served %s, got %v", name, w.kind, resp)
+		}
+		return
+	}
 	if w.code != 0 {
 		ir := resp.GetImmediateResponse()
 		if ir == nil {
@@ -218,12 +228,15 @@ func TestProcessTable(t *testing.T) {
 		// served by nobody: an apiserver's genuine 404
 		{"GET", "/apis/nothing.example/v1/things", pass},
 		{"GET", "/api/v2/pods", pass},
-		// discovery paths
-		{"GET", "/api", pass},
-		{"GET", "/api/v1", pass},
-		{"GET", "/apis", pass},
-		{"GET", "/apis/apps", pass},
-		{"GET", "/apis/admissionregistration.k8s.io/v1", pass},
+		// discovery paths, served from the merged documents (Accept variants: TestDiscoveryNegotiation)
+		{"GET", "/api", want{kind: "APIVersions"}},
+		{"GET", "/api/v1", want{kind: "APIResourceList"}},
+		{"GET", "/apis", want{kind: "APIGroupList"}},
+		{"GET", "/apis/apps", want{kind: "APIGroup"}},
+		{"GET", "/apis/admissionregistration.k8s.io/v1", want{kind: "APIResourceList"}},
+		{"GET", "/apis/nothing.example", pass},
+		{"GET", "/apis/nothing.example/v1", pass},
+		{"POST", "/apis", pass},
 		// non-resource
 		{"GET", "/healthz", pass},
 		{"GET", "/readyz?verbose", pass},

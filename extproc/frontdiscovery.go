@@ -1,0 +1,235 @@
+package extproc
+
+import (
+	"net/http"
+	"strings"
+	"sync"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
+	apidiscoveryv2beta1 "k8s.io/api/apidiscovery/v2beta1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	apidiscoveryv2conversion "k8s.io/apiserver/pkg/apis/apidiscovery/v2"
+	"k8s.io/apiserver/pkg/endpoints/discovery/aggregated"
+	"k8s.io/apiserver/pkg/endpoints/handlers/negotiation"
+	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
+	clientdiscovery "k8s.io/client-go/discovery"
+
+	"github.com/skewgate/skewgate/discovery"
+)
+
+// discoveryCodecs serialize what an apiserver's discovery endpoints serve: aggregated discovery
+// (v2, and v2beta1 by conversion) and the legacy unversioned lists, in JSON, YAML and protobuf. This
+// mirrors aggregated.NewResourceManager and the legacy handlers in k8s.io/apiserver
+// pkg/endpoints/discovery.
+var discoveryCodecs = func() serializer.CodecFactory {
+	scheme := runtime.NewScheme()
+	utilruntime.Must(apidiscoveryv2.AddToScheme(scheme))
+	utilruntime.Must(apidiscoveryv2beta1.AddToScheme(scheme))
+	utilruntime.Must(apidiscoveryv2conversion.RegisterConversions(scheme))
+	scheme.AddUnversionedTypes(schema.GroupVersion{Version: "v1"},
+		&metav1.Status{}, &metav1.APIVersions{}, &metav1.APIGroupList{}, &metav1.APIGroup{}, &metav1.APIResourceList{})
+	return serializer.NewCodecFactory(scheme)
+}()
+
+// maxCachedResponses bounds the per-Topology cache of serialized discovery responses (one entry per
+// path and Accept header seen).
+const maxCachedResponses = 256
+
+type cacheKey struct{ path, accept string }
+
+type cachedResponse struct {
+	status  int
+	headers http.Header
+	body    []byte
+}
+
+// frontDiscovery serves one Topology's merged discovery, the way an apiserver serves its own.
+type frontDiscovery struct {
+	version   string
+	api, apis discovery.MergedDiscovery
+	legacy    *metav1.APIGroupList
+	resources map[schema.GroupVersion]*metav1.APIResourceList
+	groups    map[string]*metav1.APIGroup
+
+	mu    sync.Mutex
+	cache map[cacheKey]*cachedResponse
+}
+
+func newFrontDiscovery(t *discovery.Topology) *frontDiscovery {
+	f := &frontDiscovery{version: t.Version, api: t.API, apis: t.APIs, cache: map[cacheKey]*cachedResponse{},
+		groups: map[string]*metav1.APIGroup{}}
+	var coreRes map[schema.GroupVersion]*metav1.APIResourceList
+	f.legacy, f.resources, _ = clientdiscovery.SplitGroupsAndResources(t.APIs.List)
+	_, coreRes, _ = clientdiscovery.SplitGroupsAndResources(t.API.List)
+	for gv, l := range coreRes {
+		f.resources[gv] = l
+	}
+	for i := range f.legacy.Groups {
+		f.groups[f.legacy.Groups[i].Name] = &f.legacy.Groups[i]
+	}
+	f.legacy.Kind, f.legacy.APIVersion = "APIGroupList", "v1"
+	return f
+}
+
+// discoveryFor returns the front discovery of t, building it once per Topology version.
+func (s *Server) discoveryFor(t *discovery.Topology) *frontDiscovery {
+	if f := s.frontDiscovery.Load(); f != nil && f.version == t.Version {
+		return f
+	}
+	f := newFrontDiscovery(t)
+	s.frontDiscovery.Store(f)
+	return f
+}
+
+// serve answers a discovery request from the merged documents, or returns nil to let it pass to an
+// apiserver: requests for the apiserver's own view (profile=nopeer), methods other than GET, and
+// groups or versions no upstream serves (their 404 is genuine).
+func (f *frontDiscovery) serve(method, path, accept, ifNoneMatch string) *extprocv3.ProcessingResponse {
+	if method != http.MethodGet {
+		return nil
+	}
+	p := path
+	if i := strings.IndexByte(p, '?'); i >= 0 {
+		p = p[:i]
+	}
+	parts := strings.Split(strings.Trim(p, "/"), "/")
+	mt, _ := negotiation.NegotiateMediaTypeOptions(accept, discoveryCodecs.SupportedMediaTypes(), aggregated.DiscoveryEndpointRestrictions)
+	isAggregated := aggregated.IsAggregatedDiscoveryGVK(mt.Convert)
+	if isAggregated && mt.Profile == "nopeer" {
+		return nil
+	}
+
+	var write func(w http.ResponseWriter, r *http.Request)
+	legacy := func(obj runtime.Object) func(http.ResponseWriter, *http.Request) {
+		return func(w http.ResponseWriter, r *http.Request) {
+			responsewriters.WriteObjectNegotiated(discoveryCodecs, negotiation.DefaultEndpointRestrictions, schema.GroupVersion{}, w, r, http.StatusOK, obj, false)
+		}
+	}
+	switch {
+	case len(parts) == 1 && (parts[0] == "api" || parts[0] == "apis"):
+		doc := f.apis
+		if parts[0] == "api" {
+			doc = f.api
+		}
+		if isAggregated {
+			write = func(w http.ResponseWriter, r *http.Request) {
+				out, _, err := negotiation.NegotiateOutputMediaType(r, discoveryCodecs, aggregated.DiscoveryEndpointRestrictions)
+				if err != nil || out.Convert == nil {
+					w.WriteHeader(http.StatusNotAcceptable)
+					return
+				}
+				list := doc.List
+				aggregated.ServeHTTPWithETag(&list, doc.ETag, out.Convert.GroupVersion(), discoveryCodecs, w, r)
+			}
+		} else if parts[0] == "api" {
+			versions := &metav1.APIVersions{TypeMeta: metav1.TypeMeta{Kind: "APIVersions"}}
+			for _, g := range f.api.List.Items {
+				for _, v := range g.Versions {
+					versions.Versions = append(versions.Versions, v.Version)
+				}
+			}
+			write = legacy(versions)
+		} else {
+			write = legacy(f.legacy)
+		}
+	case len(parts) == 2 && parts[0] == "api":
+		l, ok := f.resources[schema.GroupVersion{Version: parts[1]}]
+		if !ok {
+			return nil
+		}
+		write = legacy(withKind(l))
+	case len(parts) == 2 && parts[0] == "apis":
+		g, ok := f.groups[parts[1]]
+		if !ok {
+			return nil
+		}
+		group := *g
+		group.Kind, group.APIVersion = "APIGroup", "v1"
+		write = legacy(&group)
+	case len(parts) == 3 && parts[0] == "apis":
+		l, ok := f.resources[schema.GroupVersion{Group: parts[1], Version: parts[2]}]
+		if !ok {
+			return nil
+		}
+		write = legacy(withKind(l))
+	default:
+		return nil
+	}
+
+	key := cacheKey{path: p, accept: accept}
+	f.mu.Lock()
+	c, ok := f.cache[key]
+	f.mu.Unlock()
+	if !ok {
+		r, _ := http.NewRequest(http.MethodGet, p, nil)
+		r.Header.Set("Accept", accept)
+		w := &responseBuffer{header: http.Header{}}
+		write(w, r)
+		c = &cachedResponse{status: w.code(), headers: w.header, body: w.body}
+		f.mu.Lock()
+		if len(f.cache) < maxCachedResponses {
+			f.cache[key] = c
+		}
+		f.mu.Unlock()
+	}
+	if etag := c.headers.Get("ETag"); etag != "" && c.status == http.StatusOK && ifNoneMatch == etag {
+		return respond(http.StatusNotModified, c.headers, nil)
+	}
+	return respond(c.status, c.headers, c.body)
+}
+
+func withKind(l *metav1.APIResourceList) *metav1.APIResourceList {
+	out := *l
+	out.Kind, out.APIVersion = "APIResourceList", "v1"
+	return &out
+}
+
+// respond is an ImmediateResponse carrying a served discovery document.
+func respond(code int, h http.Header, body []byte) *extprocv3.ProcessingResponse {
+	var set []*corev3.HeaderValueOption
+	for _, k := range []string{"Content-Type", "ETag", "Vary", "Cache-Control"} {
+		if v := h.Get(k); v != "" {
+			set = append(set, &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: strings.ToLower(k), RawValue: []byte(v)}})
+		}
+	}
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{ImmediateResponse: &extprocv3.ImmediateResponse{
+		Status:  &typev3.HttpStatus{Code: typev3.StatusCode(code)},
+		Headers: &extprocv3.HeaderMutation{SetHeaders: set},
+		Body:    body,
+		Details: "skewgate_discovery",
+	}}}
+}
+
+// responseBuffer is the http.ResponseWriter the apiserver's serializers write into.
+type responseBuffer struct {
+	header http.Header
+	status int
+	body   []byte
+}
+
+func (b *responseBuffer) Header() http.Header { return b.header }
+func (b *responseBuffer) Write(p []byte) (int, error) {
+	if b.status == 0 {
+		b.status = http.StatusOK
+	}
+	b.body = append(b.body, p...)
+	return len(p), nil
+}
+func (b *responseBuffer) WriteHeader(code int) {
+	if b.status == 0 {
+		b.status = code
+	}
+}
+func (b *responseBuffer) code() int {
+	if b.status == 0 {
+		return http.StatusOK
+	}
+	return b.status
+}

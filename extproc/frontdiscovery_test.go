@@ -1,0 +1,218 @@
+package extproc
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"math/big"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/endpoints/discovery/aggregated"
+
+	"github.com/skewgate/skewgate/internal/wire"
+)
+
+const (
+	acceptV2        = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+	acceptV2beta1   = "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList"
+	acceptV2Proto   = "application/vnd.kubernetes.protobuf;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+	acceptKubectl   = acceptV2 + "," + acceptV2beta1 + ",application/json"
+	acceptV2NoPeer  = acceptV2 + ";profile=nopeer"
+	protobufType    = "application/vnd.kubernetes.protobuf"
+	mapResourceName = "mutatingadmissionpolicies"
+)
+
+func header(ir *extprocv3.ImmediateResponse, key string) string {
+	for _, h := range ir.GetHeaders().GetSetHeaders() {
+		if h.Header.Key == key {
+			return string(h.Header.RawValue)
+		}
+	}
+	return ""
+}
+
+// TestDiscoveryNegotiation: the front answers discovery the way an apiserver does, from the merged
+// documents, for every Accept a client sends.
+func TestDiscoveryNegotiation(t *testing.T) {
+	h := startServer(t)
+	top := h.src.Current()
+	get := func(path, accept string, extra ...string) *extprocv3.ProcessingResponse {
+		return h.roundTrip(t, envoyHeaders("GET", path, append([]string{"accept", accept}, extra...)...))
+	}
+	aggregatedJSON := func(name string, resp *extprocv3.ProcessingResponse, version string) *extprocv3.ImmediateResponse {
+		t.Helper()
+		ir := resp.GetImmediateResponse()
+		if ir == nil || ir.Status.Code != 200 {
+			t.Fatalf("%s: want 200, got %v", name, resp)
+		}
+		var list apidiscoveryv2.APIGroupDiscoveryList
+		if err := json.Unmarshal(ir.Body, &list); err != nil || list.Kind != "APIGroupDiscoveryList" || list.APIVersion != "apidiscovery.k8s.io/"+version {
+			t.Fatalf("%s: body %.200s (%v)", name, ir.Body, err)
+		}
+		if ct := header(ir, "content-type"); !strings.Contains(ct, "v="+version) {
+			t.Errorf("%s: content-type %q", name, ct)
+		}
+		return ir
+	}
+
+	// Aggregated v2: the union of all upstreams, with the Topology's ETag.
+	for _, accept := range []string{acceptV2, acceptKubectl} {
+		ir := aggregatedJSON(accept, get("/apis", accept), "v2")
+		if !strings.Contains(string(ir.Body), mapResourceName) {
+			t.Errorf("merged /apis lacks %s (served only by new)", mapResourceName)
+		}
+		if etag := header(ir, "etag"); etag != strconv.Quote(top.APIs.ETag) {
+			t.Errorf("etag %q, want %q", etag, strconv.Quote(top.APIs.ETag))
+		}
+	}
+	core := aggregatedJSON("/api", get("/api", acceptV2), "v2")
+	if !strings.Contains(string(core.Body), `"configmaps"`) {
+		t.Errorf("/api lacks configmaps: %.300s", core.Body)
+	}
+
+	// v2beta1 exactly as the apiserver library decides (served by conversion, or refused once the
+	// beta type is removed).
+	beta := get("/apis", acceptV2beta1)
+	if aggregated.IsAggregatedDiscoveryGVK(&schema.GroupVersionKind{Group: "apidiscovery.k8s.io", Version: "v2beta1", Kind: "APIGroupDiscoveryList"}) {
+		aggregatedJSON("v2beta1", beta, "v2beta1")
+	} else if ir := beta.GetImmediateResponse(); ir == nil || ir.Status.Code != 406 {
+		// The apiserver hands it to the legacy handler, which cannot produce that type.
+		t.Errorf("v2beta1 removed: want 406 as from an apiserver, got %v", beta)
+	}
+
+	// Protobuf, decoded with the apiserver's own codecs.
+	pb := get("/apis", acceptV2Proto).GetImmediateResponse()
+	if pb == nil || pb.Status.Code != 200 || !strings.HasPrefix(header(pb, "content-type"), protobufType) {
+		t.Fatalf("protobuf: %v", pb)
+	}
+	info, ok := runtime.SerializerInfoForMediaType(discoveryCodecs.SupportedMediaTypes(), protobufType)
+	if !ok {
+		t.Fatal("no protobuf serializer")
+	}
+	var list apidiscoveryv2.APIGroupDiscoveryList
+	if _, _, err := info.Serializer.Decode(pb.Body, nil, &list); err != nil || len(list.Items) != len(top.APIs.List.Items) {
+		t.Fatalf("protobuf body: %d groups, want %d (%v)", len(list.Items), len(top.APIs.List.Items), err)
+	}
+
+	// If-None-Match with the current ETag: 304, no body; a stale one: the document.
+	etag := strconv.Quote(top.APIs.ETag)
+	if ir := get("/apis", acceptV2, "if-none-match", etag).GetImmediateResponse(); ir == nil || ir.Status.Code != 304 || len(ir.Body) != 0 || header(ir, "etag") != etag {
+		t.Errorf("If-None-Match current: %v", ir)
+	}
+	if ir := get("/apis", acceptV2, "if-none-match", `"stale"`).GetImmediateResponse(); ir == nil || ir.Status.Code != 200 {
+		t.Errorf("If-None-Match stale: %v", ir)
+	}
+
+	// profile=nopeer asks for one apiserver's own view: it passes through.
+	check(t, "nopeer", get("/apis", acceptV2NoPeer), want{})
+	check(t, "nopeer /api", get("/api", acceptV2NoPeer), want{})
+
+	// Legacy lists, JSON and YAML; an unacceptable type gets 406 like from an apiserver.
+	check(t, "legacy /apis", get("/apis", "application/json"), want{kind: "APIGroupList"})
+	check(t, "legacy /api", get("/api", ""), want{kind: "APIVersions"})
+	if ir := get("/apis/apps/v1", "application/yaml").GetImmediateResponse(); ir == nil || ir.Status.Code != 200 || !strings.Contains(string(ir.Body), "kind: APIResourceList") {
+		t.Errorf("yaml: %v", ir)
+	}
+	if ir := get("/apis/apps", "text/html").GetImmediateResponse(); ir == nil || ir.Status.Code != 406 {
+		t.Errorf("text/html: want 406, got %v", ir)
+	}
+	legacy := get("/apis/admissionregistration.k8s.io/v1", "application/json").GetImmediateResponse()
+	if legacy == nil || !strings.Contains(string(legacy.Body), `"name":"`+mapResourceName+`"`) {
+		t.Errorf("legacy resource list lacks %s: %v", mapResourceName, legacy)
+	}
+
+	// A new Topology replaces the served documents (and their ETag).
+	next := skewedTopology()
+	next.Version = "test-2"
+	h.src.t.Store(next)
+	if ir := get("/apis", acceptV2, "if-none-match", etag).GetImmediateResponse(); ir == nil || ir.Status.Code != 304 {
+		// Same content, same ETag: still not modified.
+		t.Errorf("unchanged content after a new Topology: %v", ir)
+	}
+}
+
+type gate map[string]bool
+
+func (g gate) ClusterReady(c string) bool { return g[c] }
+
+// TestClusterGate: a cluster Envoy does not have yet is never named; the request gets a retryable 503.
+func TestClusterGate(t *testing.T) {
+	mapPath := "/apis/admissionregistration.k8s.io/v1/" + mapResourceName
+	h := startServer(t, WithClusterGate(gate{}))
+	check(t, "not acked", h.roundTrip(t, envoyHeaders("GET", mapPath)), want{code: 503, reason: "ServiceUnavailable"})
+	check(t, "default route needs no gate", h.roundTrip(t, envoyHeaders("GET", "/api/v1/pods")), want{})
+
+	h = startServer(t, WithClusterGate(gate{wire.UpstreamCluster("new"): true}))
+	check(t, "acked", h.roundTrip(t, envoyHeaders("GET", mapPath)), want{cluster: wire.UpstreamCluster("new")})
+	// An upgrade needs the HTTP/1.1 twin, which is not acked here.
+	check(t, "upgrade twin not acked", h.roundTrip(t, envoyHeaders("GET", mapPath, "upgrade", "websocket")), want{code: 503, reason: "ServiceUnavailable"})
+}
+
+func TestUpgradeUsesHTTP1Twin(t *testing.T) {
+	h := startServer(t)
+	mapPath := "/apis/admissionregistration.k8s.io/v1/" + mapResourceName + "?watch=true"
+	check(t, "upgrade", h.roundTrip(t, envoyHeaders("GET", mapPath, "upgrade", "websocket", "connection", "Upgrade")),
+		want{cluster: wire.HTTP1Cluster(wire.UpstreamCluster("new"))})
+}
+
+func clientCertXFCC(t *testing.T, cn string, orgs ...string) string {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: cn, Organization: orgs},
+		NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pemText := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	// The format Envoy writes (SANITIZE_SET with cert: true): Hash, then Cert as URL-encoded PEM.
+	return `Hash=0123;Cert="` + url.QueryEscape(string(pemText)) + `"`
+}
+
+// TestClientCertIdentity: Envoy's verified client certificate becomes X-Remote-User and
+// X-Remote-Group; anything unreadable gives no identity, never a borrowed one.
+func TestClientCertIdentity(t *testing.T) {
+	h := startServer(t)
+	identityOf := func(xfcc string) (user string, groups []string, removed []string) {
+		resp := h.roundTrip(t, envoyHeaders("GET", "/api/v1/pods", wire.ForwardedCertHeader, xfcc))
+		m := resp.GetRequestHeaders().GetResponse().GetHeaderMutation()
+		for _, hv := range m.GetSetHeaders() {
+			switch hv.Header.Key {
+			case wire.RemoteUserHeader:
+				user = string(hv.Header.RawValue)
+			case wire.RemoteGroupHeader:
+				groups = append(groups, string(hv.Header.RawValue))
+			}
+		}
+		return user, groups, m.GetRemoveHeaders()
+	}
+	user, groups, _ := identityOf(clientCertXFCC(t, "carol", "dev", "ops"))
+	if user != "carol" || strings.Join(groups, ",") != "dev,ops" {
+		t.Errorf("identity %q %v, want carol [dev ops]", user, groups)
+	}
+	two := clientCertXFCC(t, "a") + "," + clientCertXFCC(t, "b")
+	for name, xfcc := range map[string]string{"garbage": "Cert=%%%", "no cert": "Hash=1", "two elements": two, "no CN": clientCertXFCC(t, "", "system:masters")} {
+		user, groups, removed := identityOf(xfcc)
+		if user != "" || groups != nil {
+			t.Errorf("%s: identity %q %v, want none", name, user, groups)
+		}
+		if !strings.Contains(strings.Join(removed, ","), wire.RemoteUserHeader) {
+			t.Errorf("%s: %s not removed: %v", name, wire.RemoteUserHeader, removed)
+		}
+	}
+}
