@@ -66,7 +66,8 @@ func parseXFCC(v string) *identity {
 	if end >= 0 {
 		rest = rest[:end]
 	}
-	pemText, err := url.QueryUnescape(rest)
+	// PathUnescape: base64 has "+", which must not become a space.
+	pemText, err := url.PathUnescape(rest)
 	if err != nil {
 		return nil
 	}

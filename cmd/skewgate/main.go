@@ -1,0 +1,192 @@
+// Command skewgate is the control plane of an Envoy front for Kubernetes apiservers: it routes every
+// request to an apiserver that serves it, so a version-skewed upgrade never answers a wrong 404.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/skewgate/skewgate/internal/app"
+	"github.com/skewgate/skewgate/xds"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	if err := newRootCommand().Execute(); err != nil {
+		os.Exit(1)
+	}
+}
+
+func newRootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "skewgate",
+		Short: "Upgrade-safe routing for Kubernetes apiservers",
+		Long: `skewgate is the control plane of an Envoy proxy in front of a cluster's kube-apiservers.
+It learns which apiserver serves which API and has Envoy send every request to one that serves it,
+so clients never get a wrong 404 while apiservers of different versions run side by side.`,
+		SilenceUsage: true,
+	}
+	root.AddCommand(newServeCommand(), newBootstrapCommand(), newTopologyCommand(os.Stdout), newVersionCommand(os.Stdout))
+	return root
+}
+
+func newServeCommand() *cobra.Command {
+	o := app.NewOptions()
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run discovery, the xDS server and the ext_proc server",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.Complete()
+			if errs := o.Validate(); len(errs) > 0 {
+				return errors.Join(errs...)
+			}
+			log, err := app.NewLogger(o.LogFormat, o.LogLevel)
+			if err != nil {
+				return err
+			}
+			defer log.Sync()
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			_, done, err := app.Start(ctx, o, app.Listeners{}, log)
+			if err != nil {
+				return err
+			}
+			return <-done
+		},
+	}
+	o.AddFlags(cmd.Flags())
+	return cmd
+}
+
+func newBootstrapCommand() *cobra.Command {
+	var o xds.BootstrapOptions
+	var out string
+	var sotw bool
+	cmd := &cobra.Command{
+		Use:   "bootstrap",
+		Short: "Print the Envoy bootstrap that connects an Envoy to skewgate",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.Delta = !sotw
+			b, err := xds.Bootstrap(o)
+			if err != nil {
+				return err
+			}
+			y, err := xds.BootstrapYAML(b)
+			if err != nil {
+				return err
+			}
+			if out == "" || out == "-" {
+				_, err = cmd.OutOrStdout().Write(y)
+				return err
+			}
+			return os.WriteFile(out, y, 0o644)
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&o.NodeID, "node-id", "", "Envoy node id (e.g. the host name)")
+	fs.StringVar(&o.NodeCluster, "node-cluster", "skewgate-front", "Envoy node cluster")
+	fs.StringVar(&o.XDSAddress, "xds-address", "127.0.0.1:18000", "skewgate's xDS address, host:port or unix:///path")
+	fs.StringVar(&o.XDSCAFile, "xds-ca-file", "", "CA verifying skewgate's xDS certificate")
+	fs.StringVar(&o.XDSCertFile, "xds-cert-file", "", "Envoy's client certificate for xDS")
+	fs.StringVar(&o.XDSKeyFile, "xds-key-file", "", "key of --xds-cert-file")
+	fs.StringVar(&o.XDSSNI, "xds-sni", "", "server name verified on the xDS certificate (default: its host)")
+	fs.StringVar(&o.AdminAddress, "admin-address", "127.0.0.1:9901", "Envoy admin listener; must be loopback")
+	fs.BoolVar(&sotw, "sotw", false, "use state-of-the-world xDS instead of delta")
+	fs.StringVarP(&out, "output", "o", "", "write to this file instead of stdout")
+	return cmd
+}
+
+func newTopologyCommand(w io.Writer) *cobra.Command {
+	var addr string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "topology",
+		Short: "Print the live Topology of a running skewgate: upstreams, capability sets, skewed APIs",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
+			defer cancel()
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/topology", nil)
+			if err != nil {
+				return err
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+			if err != nil {
+				return err
+			}
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(body)))
+			}
+			if asJSON {
+				_, err = w.Write(body)
+				return err
+			}
+			var v app.TopologyView
+			if err := json.Unmarshal(body, &v); err != nil {
+				return err
+			}
+			return printTopology(w, v)
+		},
+	}
+	cmd.Flags().StringVar(&addr, "server", "127.0.0.1:18080", "skewgate's --http-listen address")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the raw JSON")
+	return cmd
+}
+
+func printTopology(w io.Writer, v app.TopologyView) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "Topology %s (generated %s), Envoy snapshot %s\n\n", v.Version, v.Generated.Format(time.RFC3339), v.Snapshot)
+	fmt.Fprintln(tw, "UPSTREAM\tADDRESS\tVERSION\tREADY\tSOURCE\tRESOURCES\tCLUSTER")
+	for _, u := range v.Upstreams {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s\t%d\t%s\n", u.Name, u.Address, u.Version, u.Ready, u.Source, u.Resources, u.Cluster)
+	}
+	if len(v.Sets) > 0 {
+		fmt.Fprintln(tw, "\nCAPABILITY SET\tMEMBERS")
+		for _, s := range v.Sets {
+			fmt.Fprintf(tw, "%s\t%s\n", s.Cluster, strings.Join(s.Members, ","))
+		}
+	}
+	fmt.Fprintf(tw, "\nSKEWED RESOURCE\tVERB\tDECISION\tCLUSTER\n")
+	for _, s := range v.Skewed {
+		name := s.Key.Resource
+		if s.Key.Subresource != "" {
+			name += "/" + s.Key.Subresource
+		}
+		gv := s.Key.Version
+		if s.Key.Group != "" {
+			gv = s.Key.Group + "/" + gv
+		}
+		fmt.Fprintf(tw, "%s %s\t%s\t%s\t%s\n", gv, name, s.Verb, s.Decision, s.Cluster)
+	}
+	return tw.Flush()
+}
+
+func newVersionCommand(w io.Writer) *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print skewgate's version",
+		Args:  cobra.NoArgs,
+		Run:   func(*cobra.Command, []string) { fmt.Fprintln(w, "skewgate", version) },
+	}
+}

@@ -1,0 +1,182 @@
+// Package app runs skewgate's control plane in one process: discovery, the xDS server, the ext_proc
+// server and an HTTP endpoint for health, metrics and the Topology. cmd/skewgate only parses flags
+// into Options; tests call Run directly with listeners they opened.
+package app
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/skewgate/skewgate/discovery"
+	"github.com/skewgate/skewgate/xds"
+)
+
+// Options is everything `skewgate serve` can be told.
+type Options struct {
+	// Discovery.
+	Kubeconfig         string
+	UpstreamCAFile     string
+	StaticUpstreams    []string
+	AllowedCIDRs       []string
+	TrustEndpointSlice bool
+	StaleAfter         time.Duration
+	ProbeInterval      time.Duration
+	PollInterval       time.Duration
+
+	// Listeners of this process: host:port or unix:///path.
+	XDSListen, ExtProcListen, HTTPListen string
+	// GRPCCertFile, GRPCKeyFile and GRPCClientCAFile secure both gRPC listeners with mTLS; required
+	// unless both listen on loopback or a unix socket.
+	GRPCCertFile, GRPCKeyFile, GRPCClientCAFile string
+	Grace                                       time.Duration
+
+	// What Envoy is told (paths on the Envoy host).
+	Envoy xds.Options
+
+	LogFormat, LogLevel string
+	Pprof               bool
+	GCPercent           int
+
+	// Parsed by Complete.
+	static []discovery.StaticUpstream
+	cidrs  []netip.Prefix
+}
+
+// NewOptions returns the defaults.
+func NewOptions() *Options {
+	return &Options{
+		TrustEndpointSlice: true,
+		StaleAfter:         30 * time.Second,
+		ProbeInterval:      2 * time.Second,
+		PollInterval:       30 * time.Second,
+		XDSListen:          "127.0.0.1:18000",
+		ExtProcListen:      "127.0.0.1:18001",
+		HTTPListen:         "127.0.0.1:18080",
+		Grace:              time.Minute,
+		LogFormat:          "json",
+		LogLevel:           "info",
+		GCPercent:          400,
+		Envoy:              xds.Options{ListenAddress: "0.0.0.0", ListenPort: 6443, ExtProcTimeout: 100 * time.Millisecond, HealthCheckInterval: time.Second},
+	}
+}
+
+// AddFlags registers the flags of `skewgate serve`.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig for reading identity Leases and fetching each apiserver's discovery (empty: in-cluster config)")
+	fs.StringVar(&o.UpstreamCAFile, "upstream-ca-file", o.UpstreamCAFile, "CA that signs the apiservers' serving certificates, verified for kubernetes.default.svc (empty: the kubeconfig's CA)")
+	fs.StringArrayVar(&o.StaticUpstreams, "static-upstream", o.StaticUpstreams, "an apiserver as name=host:port, name being its hostname (repeatable); matched to its identity Lease by hostname")
+	fs.StringArrayVar(&o.AllowedCIDRs, "allowed-cidr", o.AllowedCIDRs, "CIDR that identity Lease addresses may be in (repeatable); other Lease addresses are never routed to")
+	fs.BoolVar(&o.TrustEndpointSlice, "trust-endpointslice", o.TrustEndpointSlice, "accept Lease addresses listed in the default/kubernetes EndpointSlice")
+	fs.DurationVar(&o.StaleAfter, "lease-stale-after", o.StaleAfter, "an identity Lease not renewed for this long means its apiserver is gone")
+	fs.DurationVar(&o.ProbeInterval, "probe-interval", o.ProbeInterval, "how often each apiserver's /readyz is probed")
+	fs.DurationVar(&o.PollInterval, "poll-interval", o.PollInterval, "how often each apiserver's discovery is refetched (CRD and APIService changes refetch at once)")
+
+	fs.StringVar(&o.XDSListen, "xds-listen", o.XDSListen, "xDS (ADS) gRPC listen address, host:port or unix:///path")
+	fs.StringVar(&o.ExtProcListen, "extproc-listen", o.ExtProcListen, "ext_proc gRPC listen address, host:port or unix:///path")
+	fs.StringVar(&o.HTTPListen, "http-listen", o.HTTPListen, "HTTP listen address for /healthz, /readyz, /metrics and /topology")
+	fs.StringVar(&o.GRPCCertFile, "grpc-cert-file", o.GRPCCertFile, "serving certificate of the gRPC listeners (mTLS; required off loopback)")
+	fs.StringVar(&o.GRPCKeyFile, "grpc-key-file", o.GRPCKeyFile, "key of --grpc-cert-file")
+	fs.StringVar(&o.GRPCClientCAFile, "grpc-client-ca-file", o.GRPCClientCAFile, "CA that Envoy's client certificate must chain to")
+	fs.DurationVar(&o.Grace, "cluster-grace", o.Grace, "how long a cluster that left the Topology stays in Envoy")
+
+	e := &o.Envoy
+	fs.StringVar(&e.ListenAddress, "front-address", e.ListenAddress, "IP the Envoy front listens on")
+	fs.Uint32Var(&e.ListenPort, "front-port", e.ListenPort, "port the Envoy front listens on")
+	fs.StringVar(&e.ServingCertFile, "front-cert-file", e.ServingCertFile, "Envoy: the front's serving certificate (one clients trust for the front's address)")
+	fs.StringVar(&e.ServingKeyFile, "front-key-file", e.ServingKeyFile, "Envoy: key of --front-cert-file")
+	fs.StringVar(&e.ClientCAFile, "front-client-ca-file", e.ClientCAFile, "Envoy: CA verifying client certificates (the apiservers' --client-ca-file); empty: certificates are not requested")
+	fs.StringVar(&e.UpstreamCAFile, "envoy-upstream-ca-file", e.UpstreamCAFile, "Envoy: CA verifying apiserver certificates for kubernetes.default.svc")
+	fs.StringVar(&e.FrontProxyCertFile, "front-proxy-cert-file", e.FrontProxyCertFile, "Envoy: client certificate signed by the apiservers' --requestheader-client-ca-file")
+	fs.StringVar(&e.FrontProxyKeyFile, "front-proxy-key-file", e.FrontProxyKeyFile, "Envoy: key of --front-proxy-cert-file")
+	fs.StringVar(&e.ExtProcAddress, "envoy-extproc-address", e.ExtProcAddress, "Envoy: where it reaches the ext_proc service (default: --extproc-listen)")
+	fs.StringVar(&e.ExtProcCAFile, "envoy-extproc-ca-file", e.ExtProcCAFile, "Envoy: CA verifying the ext_proc service certificate (mTLS)")
+	fs.StringVar(&e.ExtProcCertFile, "envoy-extproc-cert-file", e.ExtProcCertFile, "Envoy: client certificate for the ext_proc service")
+	fs.StringVar(&e.ExtProcKeyFile, "envoy-extproc-key-file", e.ExtProcKeyFile, "Envoy: key of --envoy-extproc-cert-file")
+	fs.StringVar(&e.ExtProcSNI, "envoy-extproc-sni", e.ExtProcSNI, "Envoy: server name verified on the ext_proc certificate (default: its host)")
+	fs.DurationVar(&e.ExtProcTimeout, "extproc-timeout", e.ExtProcTimeout, "Envoy: how long it waits for ext_proc before taking the default route")
+	fs.DurationVar(&e.HealthCheckInterval, "health-check-interval", e.HealthCheckInterval, "Envoy: /readyz health check interval per apiserver")
+
+	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, "json or console")
+	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "debug, info, warn or error")
+	fs.BoolVar(&o.Pprof, "pprof", o.Pprof, "serve /debug/pprof on --http-listen")
+	fs.IntVar(&o.GCPercent, "gc-percent", o.GCPercent, "Go GC target percentage; higher trades memory for ext_proc tail latency (-1 leaves GOGC alone)")
+}
+
+// Complete fills derived values.
+func (o *Options) Complete() {
+	if o.Envoy.ExtProcAddress == "" {
+		o.Envoy.ExtProcAddress = o.ExtProcListen
+	}
+	o.Envoy = o.Envoy.WithDefaults()
+}
+
+// Validate reports every problem with the options.
+func (o *Options) Validate() []error {
+	var errs []error
+	o.static = nil
+	for _, s := range o.StaticUpstreams {
+		u, err := discovery.ParseStaticUpstream(s)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--static-upstream: %w", err))
+			continue
+		}
+		o.static = append(o.static, u)
+	}
+	cidrs, err := discovery.ParseCIDRs(o.AllowedCIDRs)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("--allowed-cidr: %w", err))
+	}
+	o.cidrs = cidrs
+	tlsFiles := 0
+	for _, f := range []string{o.GRPCCertFile, o.GRPCKeyFile, o.GRPCClientCAFile} {
+		if f != "" {
+			tlsFiles++
+		}
+	}
+	if tlsFiles != 0 && tlsFiles != 3 {
+		errs = append(errs, errors.New("--grpc-cert-file, --grpc-key-file and --grpc-client-ca-file go together"))
+	}
+	for flag, addr := range map[string]string{"--xds-listen": o.XDSListen, "--extproc-listen": o.ExtProcListen} {
+		local, err := localAddress(addr)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", flag, err))
+		} else if !local && tlsFiles != 3 {
+			errs = append(errs, fmt.Errorf("%s %s is not loopback or a unix socket: give --grpc-cert-file, --grpc-key-file and --grpc-client-ca-file (plaintext gRPC only on loopback)", flag, addr))
+		}
+	}
+	if _, _, err := net.SplitHostPort(o.HTTPListen); err != nil {
+		errs = append(errs, fmt.Errorf("--http-listen: %w", err))
+	}
+	if err := o.Envoy.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("envoy: %w", err))
+	}
+	if o.LogFormat != "json" && o.LogFormat != "console" {
+		errs = append(errs, fmt.Errorf("--log-format %q: want json or console", o.LogFormat))
+	}
+	if o.Kubeconfig == "" && !inCluster() {
+		errs = append(errs, errors.New("--kubeconfig is required outside a cluster: skewgate reads identity Leases and each apiserver's discovery with it"))
+	}
+	return errs
+}
+
+// localAddress reports whether addr is a unix socket or a loopback host:port.
+func localAddress(addr string) (bool, error) {
+	if path, ok := strings.CutPrefix(addr, "unix://"); ok {
+		if !strings.HasPrefix(path, "/") {
+			return false, fmt.Errorf("%q: unix socket path must be absolute", addr)
+		}
+		return true, nil
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false, err
+	}
+	ip := net.ParseIP(host)
+	return host == "localhost" || (ip != nil && ip.IsLoopback()), nil
+}
