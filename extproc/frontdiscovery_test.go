@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"math/big"
-	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -180,8 +179,10 @@ func clientCertXFCC(t *testing.T, cn string, orgs ...string) string {
 		t.Fatal(err)
 	}
 	pemText := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-	// The format Envoy writes (SANITIZE_SET with cert: true): Hash, then Cert as URL-encoded PEM.
-	return `Hash=0123;Cert="` + url.QueryEscape(string(pemText)) + `"`
+	// The format Envoy writes (SANITIZE_SET with cert: true): Hash, then Cert as URL-encoded PEM, with
+	// exactly these characters escaped (Envoy's urlEncodedPemEncodedPeerCertificate).
+	enc := strings.NewReplacer("\n", "%0A", " ", "%20", "+", "%2B", "/", "%2F", "=", "%3D").Replace(string(pemText))
+	return `Hash=0123;Cert="` + enc + `"`
 }
 
 // TestClientCertIdentity: Envoy's verified client certificate becomes X-Remote-User and
