@@ -90,6 +90,10 @@ func (tb *translator) apiserverCluster(name string, addrs []string, h1 bool) (*c
 			HealthyThreshold:   wrapperspb.UInt32(1),
 			HealthChecker: &corev3.HealthCheck_HttpHealthCheck_{HttpHealthCheck: &corev3.HealthCheck_HttpHealthCheck{
 				Host: wire.UpstreamSNI, Path: "/readyz", CodecClientType: codec,
+				RequestHeadersToAdd: []*corev3.HeaderValueOption{{
+					Header:       &corev3.HeaderValue{Key: wire.RemoteUserHeader, Value: wire.HealthCheckUser},
+					AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+				}},
 			}},
 		}},
 		OutlierDetection: &clusterv3.OutlierDetection{

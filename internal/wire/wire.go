@@ -58,6 +58,12 @@ const HTTP1Suffix = ":http1"
 // HTTP1Cluster names the HTTP/1.1 twin of a cluster.
 func HTTP1Cluster(cluster string) string { return cluster + HTTP1Suffix }
 
+// HealthCheckUser is the identity Envoy's /readyz health checks carry (as X-Remote-User over the
+// front-proxy certificate). A request with the front-proxy certificate but no X-Remote-User is
+// rejected (401) by the apiserver's authenticator, so the checks need a name; this one has no group
+// beyond system:authenticated, which the default system:public-info-viewer binding allows /readyz.
+const HealthCheckUser = "skewgate-health-check"
+
 // UpstreamCluster names the cluster that holds exactly one upstream.
 func UpstreamCluster(upstream string) string { return upstreamPrefix + upstream }
 

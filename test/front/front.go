@@ -1,0 +1,241 @@
+// Package front runs a complete skewgate front on a testbed for the end-to-end tests and the demo:
+// skewgate's control plane in-process, and as data plane a real Envoy when ENVOY_BIN is set or the
+// test data plane (test/dataplane) otherwise. It also runs the control: a plain round-robin TCP
+// load balancer over the same apiservers, as an HA control plane without skewgate has.
+package front
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/skewgate/skewgate/internal/app"
+	"github.com/skewgate/skewgate/test/dataplane"
+	"github.com/skewgate/skewgate/test/testbed"
+	"github.com/skewgate/skewgate/xds"
+)
+
+// Port is the front's port (an apiserver's).
+const Port = 6443
+
+// Options configure a front.
+type Options struct {
+	// Dir holds certificates, kubeconfigs and the Envoy bootstrap.
+	Dir string
+	// Host is the index of the front's address (tb.HostIP(Host)); the round-robin control gets
+	// Host+1.
+	Host int
+	// Informers is the apiserver skewgate's informers talk to [the first apiserver].
+	Informers string
+	// ProbeInterval is skewgate's and Envoy's health check interval [200ms].
+	ProbeInterval time.Duration
+	Logger        *zap.Logger
+	Logf          func(string, ...any)
+}
+
+// Front is a running skewgate front.
+type Front struct {
+	URL, RoundRobinURL string
+	Address            string
+	// DataPlane says what serves the front: "envoy" or "test data plane".
+	DataPlane string
+	Server    *app.Server
+	tb        *testbed.Testbed
+	dir       string
+	cancel    context.CancelFunc
+	done      <-chan error
+	closers   []func()
+}
+
+// Kubeconfig writes (once) and returns a kubeconfig for the front with the given credential.
+func (f *Front) Kubeconfig(c testbed.Credential) string {
+	return f.kubeconfig("front-"+c.String(), f.URL, c)
+}
+
+// RoundRobinKubeconfig is the same for the plain round-robin control front.
+func (f *Front) RoundRobinKubeconfig(c testbed.Credential) string {
+	return f.kubeconfig("roundrobin-"+c.String(), f.RoundRobinURL, c)
+}
+
+func (f *Front) kubeconfig(name, url string, c testbed.Credential) string {
+	path := filepath.Join(f.dir, name+".kubeconfig")
+	if _, err := os.Stat(path); err != nil {
+		if err := f.tb.WriteKubeconfig(path, c, map[string]string{"front": url}, "front"); err != nil {
+			panic(err)
+		}
+	}
+	return path
+}
+
+// Start runs skewgate and a data plane in front of every apiserver of tb.
+func Start(ctx context.Context, tb *testbed.Testbed, o Options) (*Front, error) {
+	if o.ProbeInterval == 0 {
+		o.ProbeInterval = 200 * time.Millisecond
+	}
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	if o.Logf == nil {
+		o.Logf = func(string, ...any) {}
+	}
+	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	ip := tb.HostIP(o.Host)
+	serving, err := tb.PKI.IssueServing("front", ip)
+	if err != nil {
+		return nil, err
+	}
+	servers := tb.Apiservers()
+	if len(servers) == 0 {
+		return nil, errors.New("front: the testbed has no apiserver")
+	}
+	informers := o.Informers
+	if informers == "" {
+		informers = servers[0].URL()
+	}
+	kc := filepath.Join(o.Dir, "skewgate.kubeconfig")
+	if err := tb.WriteKubeconfig(kc, testbed.AdminByToken, map[string]string{"informers": informers}, "informers"); err != nil {
+		return nil, err
+	}
+
+	opts := app.NewOptions()
+	opts.Kubeconfig = kc
+	opts.UpstreamCAFile = tb.PKI.CA.Cert
+	for _, a := range servers {
+		opts.StaticUpstreams = append(opts.StaticUpstreams, a.Name+"="+a.Address())
+	}
+	subnet := netip.PrefixFrom(netip.MustParseAddr(servers[0].IP.String()), 24).Masked()
+	opts.AllowedCIDRs = []string{subnet.String()}
+	opts.ProbeInterval = o.ProbeInterval
+	opts.GCPercent = -1
+	opts.Envoy = xds.Options{
+		ListenAddress: ip.String(), ListenPort: Port,
+		ServingCertFile: serving.Cert, ServingKeyFile: serving.Key, ClientCAFile: tb.PKI.CA.Cert,
+		UpstreamCAFile: tb.PKI.CA.Cert, FrontProxyCertFile: tb.PKI.FrontProxyClient.Cert, FrontProxyKeyFile: tb.PKI.FrontProxyClient.Key,
+		HealthCheckInterval: o.ProbeInterval,
+	}
+	var lis app.Listeners
+	for _, l := range []*net.Listener{&lis.XDS, &lis.ExtProc, &lis.HTTP} {
+		if *l, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			return nil, err
+		}
+	}
+	opts.XDSListen, opts.ExtProcListen, opts.HTTPListen = lis.XDS.Addr().String(), lis.ExtProc.Addr().String(), lis.HTTP.Addr().String()
+	opts.Complete()
+	if errs := opts.Validate(); len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	rctx, cancel := context.WithCancel(context.Background())
+	srv, done, err := app.Start(rctx, opts, lis, o.Logger)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	f := &Front{URL: "https://" + net.JoinHostPort(ip.String(), strconv.Itoa(Port)), Address: net.JoinHostPort(ip.String(), strconv.Itoa(Port)),
+		Server: srv, tb: tb, dir: o.Dir, cancel: cancel, done: done}
+
+	if envoy := os.Getenv("ENVOY_BIN"); envoy != "" {
+		f.DataPlane = "envoy"
+		if err := f.startEnvoy(envoy, srv.XDSAddr, o); err != nil {
+			f.Close()
+			return nil, err
+		}
+	} else {
+		f.DataPlane = "test data plane"
+		dp, err := dataplane.Start(ctx, dataplane.Config{XDSAddress: srv.XDSAddr, NodeID: "front-1", Logf: o.Logf})
+		if err != nil {
+			f.Close()
+			return nil, err
+		}
+		f.closers = append(f.closers, dp.Close)
+	}
+
+	rr, err := startRoundRobin(tb.HostIP(o.Host+1), servers)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	f.RoundRobinURL = "https://" + rr.addr
+	f.closers = append(f.closers, rr.close)
+
+	if err := f.waitServing(ctx); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// waitServing polls the front's /readyz until an apiserver answers through it.
+func (f *Front) waitServing(ctx context.Context) error {
+	client, err := f.tb.AdminHTTPClient()
+	if err != nil {
+		return err
+	}
+	var last string
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, f.URL+"/readyz", nil)
+		resp, err := client.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			last = resp.Status
+		} else {
+			last = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("front %s (%s) never served /readyz: last %s", f.URL, f.DataPlane, last)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func (f *Front) startEnvoy(bin, xdsAddr string, o Options) error {
+	b, err := xds.Bootstrap(xds.BootstrapOptions{NodeID: "front-1", NodeCluster: "skewgate-front", XDSAddress: xdsAddr, Delta: true, AdminAddress: "127.0.0.1:0"})
+	if err != nil {
+		return err
+	}
+	y, err := xds.BootstrapYAML(b)
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(f.dir, "envoy.yaml")
+	if err := os.WriteFile(path, y, 0o644); err != nil {
+		return err
+	}
+	logf, err := os.Create(filepath.Join(f.dir, "envoy.log"))
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(bin, "-c", path, "--base-id", strconv.Itoa(o.Host*100+os.Getpid()%100), "--log-level", "warn")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	f.closers = append(f.closers, func() { cmd.Process.Kill(); cmd.Wait(); logf.Close() })
+	return nil
+}
+
+// Close stops the data plane, the control and skewgate.
+func (f *Front) Close() {
+	for i := len(f.closers) - 1; i >= 0; i-- {
+		f.closers[i]()
+	}
+	f.cancel()
+	<-f.done
+}
