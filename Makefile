@@ -36,7 +36,7 @@ test: testbed-bins vet
 test-unit:
 	$(GO) test -short -race -count=1 ./...
 
-$(TESTBED_DIR)/testbed: $(shell find test/testbed -name '*.go')
+$(TESTBED_DIR)/testbed: $(shell find test cmd internal discovery extproc xds -name '*.go' -not -name '*_test.go')
 	$(GO) build -o $@ ./test/testbed/cmd/testbed
 
 testbed-up: testbed-bins $(TESTBED_DIR)/testbed
@@ -48,15 +48,18 @@ testbed-down: $(TESTBED_DIR)/testbed
 clean:
 	rm -rf bin $(TESTBED_DIR)/run $(TESTBED_DIR)/run.log $(TESTBED_DIR)/testbed
 
-# The demo. Today it starts the mixed-version control plane and shows the problem skewgate solves;
-# the front (Envoy or the test data plane with skewgate) joins it with issue #6.
+# The demo: a v1.35 + v1.36 control plane, skewgate and a data plane in front of it (Envoy when
+# ENVOY_BIN is set, else the test data plane), then the three commands that show the difference.
 .PHONY: demo demo-down
-demo: testbed-up
-	@kc=$(TESTBED_DIR)/run/admin-token.kubeconfig; \
-	echo; echo "== the v1.35 apiserver: a wrong 404 for a resource the cluster serves"; \
-	kubectl --kubeconfig $$kc --context old get --raw /apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies || true; \
-	echo; echo "== the v1.36 apiserver serves it"; \
-	kubectl --kubeconfig $$kc --context new get mutatingadmissionpolicies; \
-	echo; echo "The skewgate front is not wired into the demo yet (issue #6). Stop with: make demo-down"
+demo: testbed-bins $(TESTBED_DIR)/testbed
+	$(TESTBED_DIR)/testbed up --detach --front --dir $(TESTBED_DIR)/run
+	@kc=$(TESTBED_DIR)/run/admin-token.kubeconfig; fkc=$(TESTBED_DIR)/run/front/front-admin-token.kubeconfig; \
+	echo; echo "== 1. the v1.35 apiserver alone: a wrong 404 for a resource the cluster serves"; \
+	kubectl --kubeconfig $$kc --context old get mutatingadmissionpolicies || true; \
+	echo; echo "== 2. through skewgate: served"; \
+	kubectl --kubeconfig $$fkc get mutatingadmissionpolicies; \
+	echo; echo "== 3. through skewgate: the merged discovery lists it"; \
+	kubectl --kubeconfig $$fkc api-resources --api-group admissionregistration.k8s.io; \
+	echo; echo "Stop everything with: make demo-down"
 
 demo-down: testbed-down

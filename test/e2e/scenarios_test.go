@@ -180,4 +180,3 @@ func TestScenarioIdentities(t *testing.T) {
 		}
 	}
 }
-

@@ -17,6 +17,9 @@ import (
 	"syscall"
 	"time"
 
+	"go.uber.org/zap"
+
+	"github.com/skewgate/skewgate/test/front"
 	"github.com/skewgate/skewgate/test/testbed"
 )
 
@@ -29,6 +32,7 @@ func main() {
 	dir := fs.String("dir", ".testbed/run", "working folder (certificates, data, logs, kubeconfigs)")
 	detach := fs.Bool("detach", false, "up: run in the background and return once ready")
 	peerProxy := fs.Bool("peer-proxy", false, "up: turn the in-tree Mixed Version Proxy on for every apiserver")
+	withFront := fs.Bool("front", false, "up: also run skewgate and a data plane in front of the apiservers (Envoy if ENVOY_BIN is set, else the test data plane)")
 	notifyFD := fs.Int("notify-fd", 0, "internal: file descriptor to report readiness on")
 	_ = fs.Parse(os.Args[2:])
 	abs, err := filepath.Abs(*dir)
@@ -38,10 +42,10 @@ func main() {
 	switch os.Args[1] {
 	case "up":
 		if *detach {
-			fatal(upDetached(abs, *peerProxy))
+			fatal(upDetached(abs, *peerProxy, *withFront))
 			return
 		}
-		fatal(up(abs, *peerProxy, *notifyFD))
+		fatal(up(abs, *peerProxy, *withFront, *notifyFD))
 	case "down":
 		fatal(down(abs))
 	default:
@@ -58,7 +62,7 @@ func fatal(err error) {
 
 func pidFile(dir string) string { return filepath.Join(dir, "testbed.pid") }
 
-func up(dir string, peerProxy bool, notifyFD int) error {
+func up(dir string, peerProxy, withFront bool, notifyFD int) error {
 	if pid, ok := running(dir); ok {
 		return fmt.Errorf("already running as pid %d (testbed down --dir %s)", pid, dir)
 	}
@@ -86,6 +90,17 @@ func up(dir string, peerProxy bool, notifyFD int) error {
 	}
 	defer os.Remove(pidFile(dir))
 	desc := tb.Describe()
+	if withFront {
+		fctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		log, _ := zap.NewProduction()
+		f, err := front.Start(fctx, tb, front.Options{Dir: filepath.Join(dir, "front"), Logger: log})
+		cancel()
+		if err != nil {
+			return fmt.Errorf("front: %w", err)
+		}
+		defer f.Close()
+		desc += describeFront(tb, f)
+	}
 	if notifyFD > 0 {
 		f := os.NewFile(uintptr(notifyFD), "notify")
 		fmt.Fprint(f, desc)
@@ -100,7 +115,7 @@ func up(dir string, peerProxy bool, notifyFD int) error {
 
 // upDetached re-runs `up` in a new session with its output in dir/testbed.log and returns when the
 // child reports ready (the description arrives over a pipe) or exits.
-func upDetached(dir string, peerProxy bool) error {
+func upDetached(dir string, peerProxy, withFront bool) error {
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return err
 	}
@@ -118,6 +133,9 @@ func upDetached(dir string, peerProxy bool) error {
 	if peerProxy {
 		args = append(args, "--peer-proxy")
 	}
+	if withFront {
+		args = append(args, "--front")
+	}
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.ExtraFiles = []*os.File{w}
@@ -134,6 +152,22 @@ func upDetached(dir string, peerProxy bool) error {
 	}
 	fmt.Printf("testbed running (pid %d, log %s)\n%s", cmd.Process.Pid, logPath, desc)
 	return cmd.Process.Release()
+}
+
+// describeFront says how to use the front, with the three commands that show what it changes.
+func describeFront(tb *testbed.Testbed, f *front.Front) string {
+	kc := f.Kubeconfig(testbed.AdminByToken)
+	s := fmt.Sprintf("\nfront  %s: skewgate with the %s (skewgate /metrics and /topology on http://%s)\n", f.URL, f.DataPlane, f.Server.HTTPAddr)
+	if f.DataPlane != "envoy" {
+		s += "       no Envoy binary here (set ENVOY_BIN to use one): the front is the test data plane, which follows Envoy's semantics for skewgate's config\n"
+	}
+	s += fmt.Sprintf("       kubeconfig %s\n\n", kc)
+	s += "Try:\n"
+	s += fmt.Sprintf("  kubectl --kubeconfig %s --context old get mutatingadmissionpolicies   # old apiserver alone: a wrong 404\n", tb.AdminTokenKubeconfig())
+	s += fmt.Sprintf("  kubectl --kubeconfig %s get mutatingadmissionpolicies                 # through skewgate: served\n", kc)
+	s += fmt.Sprintf("  kubectl --kubeconfig %s api-resources --api-group admissionregistration.k8s.io   # merged discovery\n", kc)
+	s += fmt.Sprintf("  go run ./cmd/skewgate topology --server %s\n", f.Server.HTTPAddr)
+	return s
 }
 
 func running(dir string) (int, bool) {
