@@ -100,13 +100,19 @@ func Build(version string, now time.Time, facts []UpstreamFacts) *Topology {
 	all, ready := newBitset(n), newBitset(n)
 	caps := map[ResourceKey]*capability{}
 	for i, f := range facts {
-		all.set(i)
 		if f.Ready {
 			ready.set(i)
 		}
 		u := f.Upstream
 		u.Cluster = wire.UpstreamCluster(u.Name)
 		u.Capabilities = f.APIs != nil || f.API != nil
+		// The default route balances over the upstreams whose capabilities are known (xds builds
+		// AllCluster from exactly those), so "served by all" means all of them. An upstream whose
+		// discovery was never fetched (just joined, or an address that is no apiserver) changes no
+		// decision.
+		if u.Capabilities {
+			all.set(i)
+		}
 		for _, doc := range []*Document{f.API, f.APIs} {
 			if doc == nil {
 				continue

@@ -55,7 +55,8 @@ func TestBuildDecisions(t *testing.T) {
 			{keyPods, "list", def}, {keyMAP, "list", route(wire.SetCluster([]string{"b", "c"}))},
 		}, 1},
 		{"upstream without capabilities yet", []UpstreamFacts{upstream("a", true, true), {Upstream: Upstream{Name: "b", Ready: true}}}, []check{
-			{keyPods, "get", route(wire.UpstreamCluster("a"))}, {keyNobody, "get", def},
+			// b is not in the default route (xds builds it from upstreams with capabilities).
+			{keyPods, "get", def}, {keyNobody, "get", def},
 		}, 0},
 		{"none", nil, []check{{keyPods, "get", def}}, 0},
 		{"capable server departed", []UpstreamFacts{upstream("old", true, false), {Upstream: Upstream{Name: "new"}, APIs: apisDoc(true), Departed: true}}, []check{
@@ -172,4 +173,21 @@ func syntheticFacts(n, gvrs, sets int) []UpstreamFacts {
 		facts[i] = UpstreamFacts{Upstream: Upstream{Name: fmt.Sprintf("apiserver-%03d", i), Ready: true}, API: coreDoc(), APIs: docs[i%sets]}
 	}
 	return facts
+}
+
+// TestBuildIgnoresUpstreamsWithoutCapabilities: an upstream whose discovery was never fetched (just
+// joined, or a Lease address that is no apiserver) is not in the default route and changes no
+// decision.
+func TestBuildIgnoresUpstreamsWithoutCapabilities(t *testing.T) {
+	unknown := UpstreamFacts{Upstream: Upstream{Name: "unknown", Address: "unknown:6443"}}
+	top := Build("v", time.Now(), []UpstreamFacts{upstream("old", true, false), upstream("new", true, true), unknown})
+	if d := top.Decide(keyPods, "list"); d.Action != ActionDefault {
+		t.Errorf("pods: %+v, want the default route", d)
+	}
+	if d := top.Decide(keyMAP, "list"); d != (Decision{Action: ActionRoute, Cluster: wire.UpstreamCluster("new")}) {
+		t.Errorf("mutatingadmissionpolicies: %+v, want new", d)
+	}
+	if len(top.Sets) != 0 {
+		t.Errorf("sets %v, want none", top.Sets)
+	}
 }

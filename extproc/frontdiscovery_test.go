@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc/metadata"
 	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -215,5 +217,47 @@ func TestClientCertIdentity(t *testing.T) {
 		if !strings.Contains(strings.Join(removed, ","), wire.RemoteUserHeader) {
 			t.Errorf("%s: %s not removed: %v", name, wire.RemoteUserHeader, removed)
 		}
+	}
+}
+
+// TestAnonymousStaysAnonymous: Envoy's per-route metadata for a request without credentials makes
+// the service assert the anonymous identity; without the metadata nothing is asserted.
+func TestAnonymousStaysAnonymous(t *testing.T) {
+	h := startServer(t)
+	identity := func(md ...string) (user, group string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if len(md) > 0 {
+			ctx = metadata.AppendToOutgoingContext(ctx, md...)
+		}
+		stream, err := h.client.Process(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := stream.Send(envoyHeaders("GET", "/api/v1/namespaces")); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, hv := range resp.GetRequestHeaders().GetResponse().GetHeaderMutation().GetSetHeaders() {
+			switch hv.Header.Key {
+			case wire.RemoteUserHeader:
+				user = string(hv.Header.RawValue)
+			case wire.RemoteGroupHeader:
+				group = string(hv.Header.RawValue)
+			}
+		}
+		return user, group
+	}
+	if u, g := identity(wire.CredentialsMetadata, wire.CredentialsNone); u != wire.AnonymousUser || g != wire.UnauthenticatedGroup {
+		t.Errorf("no credentials: %q %q, want %s %s", u, g, wire.AnonymousUser, wire.UnauthenticatedGroup)
+	}
+	if u, g := identity(); u != "" || g != "" {
+		t.Errorf("credentials present: asserted %q %q", u, g)
+	}
+	if u, g := identity(wire.CredentialsMetadata, "something else"); u != "" || g != "" {
+		t.Errorf("unknown metadata value: asserted %q %q", u, g)
 	}
 }

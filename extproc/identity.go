@@ -21,6 +21,13 @@ type identity struct {
 	headers []*corev3.HeaderValueOption
 }
 
+// anonymousIdentity is what an apiserver makes of a request without credentials; the front asserts it
+// over the front-proxy certificate, which alone (no user header) would fail authentication.
+var anonymousIdentity = &identity{user: wire.AnonymousUser, headers: []*corev3.HeaderValueOption{
+	{Header: &corev3.HeaderValue{Key: wire.RemoteUserHeader, RawValue: []byte(wire.AnonymousUser)}, AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD},
+	{Header: &corev3.HeaderValue{Key: wire.RemoteGroupHeader, RawValue: []byte(wire.UnauthenticatedGroup)}, AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD},
+}}
+
 // maxIdentities bounds the cache of parsed client certificates.
 const maxIdentities = 4096
 

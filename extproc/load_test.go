@@ -21,7 +21,7 @@ func BenchmarkServerDecide(b *testing.B) {
 	hs := envoyHeaders("GET", "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies?watch=true").GetRequestHeaders()
 	b.ReportAllocs()
 	for b.Loop() {
-		if r := s.requestHeaders(hs); r.GetRequestHeaders() == nil {
+		if r := s.requestHeaders(hs, false); r.GetRequestHeaders() == nil {
 			b.Fatal(r)
 		}
 	}

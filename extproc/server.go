@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -80,6 +81,12 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 	s.metrics.streams.Inc()
 	defer s.metrics.streams.Dec()
 	state := awaitingHeaders
+	// Envoy marks a request that carries no credentials at all with stream metadata (wire.CredentialsMetadata).
+	var anonymous bool
+	if md, ok := metadata.FromIncomingContext(stream.Context()); ok {
+		v := md.Get(wire.CredentialsMetadata)
+		anonymous = len(v) == 1 && v[0] == wire.CredentialsNone
+	}
 	for {
 		req, err := stream.Recv()
 		if err != nil {
@@ -91,7 +98,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 		var resp *extprocv3.ProcessingResponse
 		switch r := req.Request.(type) {
 		case *extprocv3.ProcessingRequest_RequestHeaders:
-			resp = s.requestHeaders(r.RequestHeaders)
+			resp = s.requestHeaders(r.RequestHeaders, anonymous)
 			state = headersAnswered
 		case *extprocv3.ProcessingRequest_ResponseHeaders:
 			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{}}}
@@ -123,14 +130,14 @@ func headerValue(h *corev3.HeaderValue) string {
 // request is what the service reads from the request headers Envoy sends.
 type headersRead struct {
 	method, path, accept, ifNoneMatch, clientCert string
-	hasPath, upgrade                              bool
+	hasPath, upgrade, anonymous                   bool
 	extra                                         []string // client-supplied X-Remote-Extra-* names
 }
 
 // requestHeaders decides for one request.
-func (s *Server) requestHeaders(h *extprocv3.HttpHeaders) *extprocv3.ProcessingResponse {
+func (s *Server) requestHeaders(h *extprocv3.HttpHeaders, anonymous bool) *extprocv3.ProcessingResponse {
 	start := time.Now()
-	var r headersRead
+	r := headersRead{anonymous: anonymous}
 	for _, hv := range h.GetHeaders().GetHeaders() {
 		switch k := strings.ToLower(hv.Key); {
 		case k == ":method":
@@ -167,6 +174,9 @@ func (s *Server) decide(r *headersRead) (string, *extprocv3.ProcessingResponse) 
 		return OutcomeInvalid, immediate(http.StatusBadRequest, "BadRequest", err.Error())
 	}
 	id := s.identities.lookup(r.clientCert)
+	if id == nil && r.anonymous && r.clientCert == "" {
+		id = anonymousIdentity
+	}
 	t := s.src.Current()
 	switch c.Kind {
 	case Discovery:

@@ -1,9 +1,13 @@
 package xds
 
 import (
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	previoushostsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/retry/host/previous_hosts/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -52,12 +56,33 @@ func (tb *translator) routeConfig() (*routev3.RouteConfiguration, error) {
 	to := func(c string) *routev3.RouteAction {
 		return &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: c}}
 	}
-	routes := []*routev3.Route{
+	base := []*routev3.Route{
 		mk("routed-idempotent", []*routev3.HeaderMatcher{present(wire.RouteHeader), idempotent}, byHeader(), retry),
 		mk("routed", []*routev3.HeaderMatcher{present(wire.RouteHeader)}, byHeader(), nil),
 		mk("upgrade", []*routev3.HeaderMatcher{present("upgrade")}, to(wire.HTTP1Cluster(wire.AllCluster)), nil),
 		mk("default-idempotent", []*routev3.HeaderMatcher{idempotent}, to(wire.AllCluster), retry),
 		mk("default", nil, to(wire.AllCluster), nil),
+	}
+	// Each route has an anonymous twin first: a request with no Authorization header and no verified
+	// client certificate (X-Forwarded-Client-Cert is set by the connection manager before routing and
+	// cannot be forged: SANITIZE_SET) tells ext_proc so through gRPC metadata. The route is chosen
+	// from the request as it arrived, before any filter runs.
+	anon, err := pack(&extprocv3.ExtProcPerRoute{Override: &extprocv3.ExtProcPerRoute_Overrides{Overrides: &extprocv3.ExtProcOverrides{
+		GrpcInitialMetadata: []*corev3.HeaderValue{{Key: wire.CredentialsMetadata, Value: wire.CredentialsNone}},
+	}}})
+	if err != nil {
+		return nil, err
+	}
+	absent := func(name string) *routev3.HeaderMatcher {
+		return &routev3.HeaderMatcher{Name: name, HeaderMatchSpecifier: &routev3.HeaderMatcher_PresentMatch{PresentMatch: false}}
+	}
+	var routes []*routev3.Route
+	for _, r := range base {
+		a := proto.Clone(r).(*routev3.Route)
+		a.Name = "anonymous-" + r.Name
+		a.Match.Headers = append(a.Match.Headers, absent("authorization"), absent(wire.ForwardedCertHeader))
+		a.TypedPerFilterConfig = map[string]*anypb.Any{filterExtProc: anon}
+		routes = append(routes, a, r)
 	}
 	return &routev3.RouteConfiguration{
 		Name:             wire.RouteConfigName,

@@ -66,7 +66,11 @@ func Translate(t *discovery.Topology, o Options) (*Resources, error) {
 	all := make([]string, 0, len(upstreams))
 	for _, u := range upstreams {
 		addrs[u.Name] = u.Address
-		all = append(all, u.Name)
+		// Only upstreams whose discovery was fetched over verified TLS take default traffic: an
+		// address from a Lease that never proved to be an apiserver gets none.
+		if u.Capabilities {
+			all = append(all, u.Name)
+		}
 	}
 	add := func(name string, members []string) error {
 		eps := make([]string, 0, len(members))

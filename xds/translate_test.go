@@ -69,10 +69,14 @@ func loadScenario(t testing.TB, path string) *discovery.Topology {
 	core := readDoc(t, "core")
 	var facts []discovery.UpstreamFacts
 	for _, u := range sc.Upstreams {
-		facts = append(facts, discovery.UpstreamFacts{
+		f := discovery.UpstreamFacts{
 			Upstream: discovery.Upstream{Name: u.Name, Address: u.Address, Ready: u.Ready, Source: discovery.SourceStatic},
-			API:      core, APIs: readDoc(t, "apis-"+u.APIs), Departed: u.Departed,
-		})
+			Departed: u.Departed,
+		}
+		if u.APIs != "" {
+			f.API, f.APIs = core, readDoc(t, "apis-"+u.APIs)
+		}
+		facts = append(facts, f)
 	}
 	return discovery.Build("golden", time.Unix(0, 0), facts)
 }

@@ -58,6 +58,19 @@ const HTTP1Suffix = ":http1"
 // HTTP1Cluster names the HTTP/1.1 twin of a cluster.
 func HTTP1Cluster(cluster string) string { return cluster + HTTP1Suffix }
 
+// CredentialsMetadata is gRPC metadata Envoy adds to the ext_proc stream (a per-route override) of a
+// request that carries no credentials at all: no Authorization header and no verified client
+// certificate. The processor never sees Authorization itself (forward_rules), so this is how it knows
+// to keep the request anonymous: it sets AnonymousUser and UnauthenticatedGroup, which the apiserver
+// maps to exactly the identity an anonymous request has directly. Without them the front-proxy
+// certificate with no user header fails authentication (401) instead of being anonymous.
+const (
+	CredentialsMetadata  = "x-skewgate-credentials"
+	CredentialsNone      = "none"
+	AnonymousUser        = "system:anonymous"
+	UnauthenticatedGroup = "system:unauthenticated"
+)
+
 // HealthCheckUser is the identity Envoy's /readyz health checks carry (as X-Remote-User over the
 // front-proxy certificate). A request with the front-proxy certificate but no X-Remote-User is
 // rejected (401) by the apiserver's authenticator, so the checks need a name; this one has no group

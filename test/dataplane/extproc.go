@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 )
 
 // extProcFilter is one configured ext_proc filter and its gRPC connection to the processor cluster.
@@ -70,13 +71,16 @@ func (f *extProcFilter) forwarded(k string) bool {
 
 // call sends request_headers and waits up to message_timeout for the answer. Envoy >= 1.37 closes
 // the stream after the last needed response; this data plane does the same.
-func (f *extProcFilter) call(ctx context.Context, v *requestView) (*extprocv3.ProcessingResponse, error) {
+func (f *extProcFilter) call(ctx context.Context, v *requestView, md []string) (*extprocv3.ProcessingResponse, error) {
 	timeout := f.cfg.MessageTimeout.AsDuration()
 	if timeout <= 0 {
 		timeout = 200 * time.Millisecond // Envoy's default message_timeout
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	if len(md) > 0 {
+		ctx = metadata.AppendToOutgoingContext(ctx, md...)
+	}
 	stream, err := f.client.Process(ctx)
 	if err != nil {
 		return nil, err

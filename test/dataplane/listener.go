@@ -27,6 +27,7 @@ import (
 
 // filter is one HTTP filter of the chain, in order.
 type filter struct {
+	name     string
 	mutation *headermutationv3.HeaderMutation
 	extProc  *extProcFilter
 	router   bool
@@ -107,7 +108,7 @@ func (d *DataPlane) buildChain(l *listenerv3.Listener) (*chain, error) {
 			if err != nil {
 				return nil, err
 			}
-			ch.filters = append(ch.filters, filter{extProc: &extProcFilter{cfg: cfg, conn: conn, client: newProcessorClient(conn)}})
+			ch.filters = append(ch.filters, filter{name: hf.Name, extProc: &extProcFilter{cfg: cfg, conn: conn, client: newProcessorClient(conn)}})
 		case *routerv3.Router:
 			ch.filters = append(ch.filters, filter{router: true})
 		default:
@@ -142,6 +143,22 @@ func applyHeaderMutationFilter(h http.Header, m *headermutationv3.HeaderMutation
 			setHeader(h, a.Header.Key, a.Header.Value, a.AppendAction)
 		}
 	}
+}
+
+func perRouteMetadata(route *routev3.Route, filterName string) []string {
+	a, ok := route.GetTypedPerFilterConfig()[filterName]
+	if !ok {
+		return nil
+	}
+	var pr extprocfilterv3.ExtProcPerRoute
+	if a.UnmarshalTo(&pr) != nil {
+		return nil
+	}
+	var kv []string
+	for _, h := range pr.GetOverrides().GetGrpcInitialMetadata() {
+		kv = append(kv, h.Key, h.Value)
+	}
+	return kv
 }
 
 // urlEncodePEM escapes a PEM block the way Envoy writes the XFCC Cert field
@@ -204,7 +221,9 @@ func (d *DataPlane) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		case f.mutation != nil:
 			applyHeaderMutationFilter(r.Header, f.mutation)
 		case f.extProc != nil:
-			resp, err := f.extProc.call(r.Context(), view)
+			// A per-route override (typed_per_filter_config under the filter's name) of the route
+			// chosen so far adds gRPC initial metadata to the stream.
+			resp, err := f.extProc.call(r.Context(), view, perRouteMetadata(route, f.name))
 			if err != nil {
 				if f.extProc.cfg.FailureModeAllow {
 					continue // failure_mode_allow: the request goes on unprocessed

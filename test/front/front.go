@@ -40,8 +40,11 @@ type Options struct {
 	Informers string
 	// ProbeInterval is skewgate's and Envoy's health check interval [200ms].
 	ProbeInterval time.Duration
-	Logger        *zap.Logger
-	Logf          func(string, ...any)
+	// ExtProcDown points Envoy at an ext_proc address where nothing listens: the front must still
+	// strip spoofed headers and fall back to the default route (failure_mode_allow).
+	ExtProcDown bool
+	Logger      *zap.Logger
+	Logf        func(string, ...any)
 }
 
 // Front is a running skewgate front.
@@ -126,6 +129,9 @@ func Start(ctx context.Context, tb *testbed.Testbed, o Options) (*Front, error) 
 		UpstreamCAFile: tb.PKI.CA.Cert, FrontProxyCertFile: tb.PKI.FrontProxyClient.Cert, FrontProxyKeyFile: tb.PKI.FrontProxyClient.Key,
 		HealthCheckInterval: o.ProbeInterval,
 	}
+	if o.ExtProcDown {
+		opts.Envoy.ExtProcAddress = "unix://" + filepath.Join(o.Dir, "no-extproc-here.sock")
+	}
 	var lis app.Listeners
 	for _, l := range []*net.Listener{&lis.XDS, &lis.ExtProc, &lis.HTTP} {
 		if *l, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
@@ -179,13 +185,16 @@ func Start(ctx context.Context, tb *testbed.Testbed, o Options) (*Front, error) 
 
 // waitServing polls the front's /readyz until an apiserver answers through it.
 func (f *Front) waitServing(ctx context.Context) error {
-	client, err := f.tb.AdminHTTPClient()
+	// By token: with ext_proc down a certificate user has no identity upstream (see ExtProcDown).
+	tc, err := f.tb.TLSConfig(testbed.CertPair{})
 	if err != nil {
 		return err
 	}
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: tc}, Timeout: 10 * time.Second}
 	var last string
 	for {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, f.URL+"/readyz", nil)
+		req.Header.Set("Authorization", "Bearer "+testbed.AdminToken)
 		resp, err := client.Do(req)
 		if err == nil {
 			resp.Body.Close()
