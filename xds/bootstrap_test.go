@@ -11,13 +11,16 @@ import (
 func exampleBootstrap() BootstrapOptions {
 	return BootstrapOptions{
 		NodeID: "front-1", NodeCluster: "skewgate-front",
-		XDSAddress: "skewgate.skewgate-system.svc:18000",
+		XDSAddress: "skewgate-xds.skewgate-system.svc:18000",
 		XDSCAFile:  "/etc/skewgate/xds/ca.crt", XDSCertFile: "/etc/skewgate/xds/tls.crt", XDSKeyFile: "/etc/skewgate/xds/tls.key",
 		Delta: true,
 	}
 }
 
+// The example, and its copy the deploy/envoy kustomization turns into a ConfigMap.
 const exampleBootstrapPath = "../envoy/bootstrap.yaml"
+
+var bootstrapCopies = []string{exampleBootstrapPath, "../deploy/envoy/bootstrap.yaml"}
 
 func TestBootstrapGolden(t *testing.T) {
 	b, err := Bootstrap(exampleBootstrap())
@@ -29,17 +32,19 @@ func TestBootstrapGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	got = append([]byte("# Rendered by `skewgate bootstrap` (see README); checked by TestBootstrapGolden.\n"), got...)
-	if *update {
-		if err := os.WriteFile(exampleBootstrapPath, got, 0o644); err != nil {
+	for _, path := range bootstrapCopies {
+		if *update {
+			if err := os.WriteFile(path, got, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want, err := os.ReadFile(path)
+		if err != nil {
 			t.Fatal(err)
 		}
-	}
-	want, err := os.ReadFile(exampleBootstrapPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(want) != string(got) {
-		t.Errorf("%s is stale (go test ./xds -run Bootstrap -update)\n%s", exampleBootstrapPath, lineDiff(string(want), string(got)))
+		if string(want) != string(got) {
+			t.Errorf("%s is stale (go test ./xds -run Bootstrap -update)\n%s", path, lineDiff(string(want), string(got)))
+		}
 	}
 }
 
