@@ -63,3 +63,13 @@ demo: testbed-bins $(TESTBED_DIR)/testbed
 	echo; echo "Stop everything with: make demo-down"
 
 demo-down: testbed-down
+
+# Benchmarks: skewgate vs the in-tree Mixed Version Proxy vs the apiserver itself, on the testbed.
+# Writes bench/results/ and prints the table.
+.PHONY: bench
+bench: testbed-bins
+	mkdir -p bench/results
+	$(GO) test ./extproc -run XXX -bench 'Classify|Decide|ServerDecide|ProcessRoundTrip' -benchmem | grep -E '^(Benchmark|goos|cpu)' > bench/results/extproc.txt
+	$(GO) test ./extproc -run XXX -bench ProcessLoad -benchtime 1x | grep -E '^Benchmark' >> bench/results/extproc.txt
+	$(GO) test ./xds -run XXX -bench 'Translate|Push' -benchmem | grep -E '^Benchmark' >> bench/results/extproc.txt
+	$(GO) run ./test/bench --out bench/results --extproc bench/results/extproc.txt
