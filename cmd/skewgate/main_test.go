@@ -1,0 +1,49 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/skewgate/skewgate/discovery"
+	"github.com/skewgate/skewgate/internal/app"
+)
+
+func TestTopologyCommand(t *testing.T) {
+	view := app.TopologyView{Version: "t-7", Generated: time.Unix(0, 0).UTC(), Snapshot: "s-3",
+		Upstreams: []discovery.Upstream{{Name: "old", Address: "10.0.0.1:6443", Version: "v1.35.4", Ready: true, Source: discovery.SourceStatic, Cluster: "skewgate-upstream-old"}},
+		Skewed:    []discovery.SkewedResource{{Key: discovery.ResourceKey{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "mutatingadmissionpolicies"}, Decision: "route", Cluster: "skewgate-upstream-new"}}}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/topology" {
+			http.NotFound(w, r)
+			return
+		}
+		json.NewEncoder(w).Encode(view)
+	}))
+	defer srv.Close()
+	var out bytes.Buffer
+	cmd := newTopologyCommand(&out)
+	cmd.SetArgs([]string{"--server", strings.TrimPrefix(srv.URL, "http://")})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Topology t-7", "old", "v1.35.4", "admissionregistration.k8s.io/v1 mutatingadmissionpolicies", "skewgate-upstream-new"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+func TestBootstrapCommandRefusesUnsafe(t *testing.T) {
+	cmd := newBootstrapCommand()
+	cmd.SetArgs([]string{"--node-id", "n1", "--xds-address", "10.0.0.5:18000"})
+	cmd.SetOut(&bytes.Buffer{})
+	cmd.SetErr(&bytes.Buffer{})
+	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "not loopback") {
+		t.Errorf("plaintext xDS to a remote address accepted: %v", err)
+	}
+}
