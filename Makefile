@@ -20,8 +20,16 @@ export SKEWGATE_TESTBED_BIN := $(abspath $(TESTBED_DIR)/bin)
 
 all: build
 
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+IMAGE   ?= ghcr.io/skewgate/skewgate:$(VERSION)
+
 build:
-	$(GO) build -o bin/ ./cmd/...
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-X main.version=$(VERSION)" -o bin/ ./cmd/...
+
+# The container image (needs docker or podman; not available on the development machines).
+.PHONY: image
+image:
+	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
 
 vet:
 	$(GO) vet ./...
