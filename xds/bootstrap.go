@@ -4,18 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
-	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
-	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
-	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/types/known/anypb"
-	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"sigs.k8s.io/yaml"
 
@@ -84,53 +77,9 @@ func Bootstrap(o BootstrapOptions) (*bootstrapv3.Bootstrap, error) {
 		return nil, err
 	}
 
-	protoAny, err := pack(&httpv3.HttpProtocolOptions{
-		UpstreamProtocolOptions: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig{
-			ProtocolConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{Http2ProtocolOptions: &corev3.Http2ProtocolOptions{
-				ConnectionKeepalive: &corev3.KeepaliveSettings{Interval: durationpb.New(30 * time.Second), Timeout: durationpb.New(5 * time.Second)},
-			}},
-		}},
-	})
+	xdsCluster, err := grpcCluster(wire.XDSCluster, o.XDSAddress, o.XDSCAFile, o.XDSCertFile, o.XDSKeyFile, o.XDSSNI)
 	if err != nil {
 		return nil, err
-	}
-	xdsCluster := &clusterv3.Cluster{
-		Name:                          wire.XDSCluster,
-		ConnectTimeout:                durationpb.New(time.Second),
-		TypedExtensionProtocolOptions: map[string]*anypb.Any{httpProtocolOptionsKey: protoAny},
-	}
-	if isPipe {
-		xdsCluster.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STATIC}
-		xdsCluster.LoadAssignment = &endpointv3.ClusterLoadAssignment{ClusterName: wire.XDSCluster, Endpoints: []*endpointv3.LocalityLbEndpoints{{
-			LbEndpoints: []*endpointv3.LbEndpoint{lbEndpoint(&corev3.Address{Address: &corev3.Address_Pipe{Pipe: &corev3.Pipe{Path: xdsPipe}}})},
-		}}}
-	} else {
-		la, typ, err := loadAssignment(wire.XDSCluster, []string{o.XDSAddress})
-		if err != nil {
-			return nil, err
-		}
-		xdsCluster.ClusterDiscoveryType, xdsCluster.LoadAssignment = &clusterv3.Cluster_Type{Type: typ}, la
-	}
-	if tlsFiles == 3 {
-		sni := o.XDSSNI
-		if sni == "" {
-			sni = xdsHost
-		}
-		tlsAny, err := pack(&tlsv3.UpstreamTlsContext{Sni: sni, CommonTlsContext: &tlsv3.CommonTlsContext{
-			TlsParams:       &tlsv3.TlsParameters{TlsMinimumProtocolVersion: tlsv3.TlsParameters_TLSv1_3},
-			TlsCertificates: []*tlsv3.TlsCertificate{{CertificateChain: file(o.XDSCertFile), PrivateKey: file(o.XDSKeyFile)}},
-			ValidationContextType: &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
-				TrustedCa: file(o.XDSCAFile),
-				MatchTypedSubjectAltNames: []*tlsv3.SubjectAltNameMatcher{{
-					SanType: sanType(sni), Matcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: sni}},
-				}},
-			}},
-			AlpnProtocols: []string{"h2"},
-		}})
-		if err != nil {
-			return nil, err
-		}
-		xdsCluster.TransportSocket = &corev3.TransportSocket{Name: transportTLS, ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: tlsAny}}
 	}
 
 	apiType := corev3.ApiConfigSource_GRPC

@@ -48,23 +48,8 @@ func (tb *translator) apiserverCluster(name string, addrs []string, h1 bool) (*c
 	if err != nil {
 		return nil, err
 	}
-	tlsAny, err := pack(&tlsv3.UpstreamTlsContext{
-		Sni: wire.UpstreamSNI,
-		CommonTlsContext: &tlsv3.CommonTlsContext{
-			TlsParams: &tlsv3.TlsParameters{TlsMinimumProtocolVersion: tlsv3.TlsParameters_TLSv1_2},
-			// The front-proxy client certificate: the apiserver trusts X-Remote-* only from it.
-			TlsCertificates: []*tlsv3.TlsCertificate{{CertificateChain: file(tb.o.FrontProxyCertFile), PrivateKey: file(tb.o.FrontProxyKeyFile)}},
-			ValidationContextType: &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
-				TrustedCa: file(tb.o.UpstreamCAFile),
-				// Envoy checks the chain but not the name unless told to.
-				MatchTypedSubjectAltNames: []*tlsv3.SubjectAltNameMatcher{{
-					SanType: tlsv3.SubjectAltNameMatcher_DNS,
-					Matcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: wire.UpstreamSNI}},
-				}},
-			}},
-			AlpnProtocols: []string{alpn},
-		},
-	})
+	// The front-proxy client certificate: the apiserver trusts X-Remote-* only from it.
+	ts, err := mtlsSocket(wire.UpstreamSNI, tb.o.UpstreamCAFile, tb.o.FrontProxyCertFile, tb.o.FrontProxyKeyFile, tlsv3.TlsParameters_TLSv1_2, alpn)
 	if err != nil {
 		return nil, err
 	}
@@ -80,7 +65,7 @@ func (tb *translator) apiserverCluster(name string, addrs []string, h1 bool) (*c
 		// Watches are long; balance by requests in flight, not by turns.
 		LbPolicy:                      clusterv3.Cluster_LEAST_REQUEST,
 		LoadAssignment:                la,
-		TransportSocket:               &corev3.TransportSocket{Name: transportTLS, ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: tlsAny}},
+		TransportSocket:               ts,
 		TypedExtensionProtocolOptions: map[string]*anypb.Any{httpProtocolOptionsKey: protoAny},
 		HealthChecks: []*corev3.HealthCheck{{
 			Timeout:            durationpb.New(iv),
@@ -129,6 +114,23 @@ func (tb *translator) apiserverCluster(name string, addrs []string, h1 bool) (*c
 
 // extProcCluster is the gRPC cluster of the ext_proc service.
 func (tb *translator) extProcCluster() (*clusterv3.Cluster, error) {
+	c, err := grpcCluster(wire.ExtProcCluster, tb.o.ExtProcAddress, tb.o.ExtProcCAFile, tb.o.ExtProcCertFile, tb.o.ExtProcKeyFile, tb.o.ExtProcSNI)
+	if err != nil {
+		return nil, err
+	}
+	// One stream per request, and with Envoy < 1.37 one per open watch.
+	c.CircuitBreakers = &clusterv3.CircuitBreakers{Thresholds: []*clusterv3.CircuitBreakers_Thresholds{{
+		Priority:           corev3.RoutingPriority_DEFAULT,
+		MaxConnections:     wrapperspb.UInt32(1024),
+		MaxPendingRequests: wrapperspb.UInt32(10000),
+		MaxRequests:        wrapperspb.UInt32(1000000),
+	}}}
+	return c, nil
+}
+
+// grpcCluster is an HTTP/2 cluster of one gRPC endpoint, host:port or unix:///path, with mTLS when
+// ca is set (the peer verified for sni, default the host).
+func grpcCluster(name, addr, ca, cert, key, sni string) (*clusterv3.Cluster, error) {
 	protoAny, err := pack(&httpv3.HttpProtocolOptions{
 		UpstreamProtocolOptions: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig{
 			ProtocolConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{Http2ProtocolOptions: &corev3.Http2ProtocolOptions{
@@ -140,55 +142,56 @@ func (tb *translator) extProcCluster() (*clusterv3.Cluster, error) {
 		return nil, err
 	}
 	c := &clusterv3.Cluster{
-		Name:                          wire.ExtProcCluster,
+		Name:                          name,
 		ConnectTimeout:                durationpb.New(time.Second),
 		TypedExtensionProtocolOptions: map[string]*anypb.Any{httpProtocolOptionsKey: protoAny},
-		// One stream per request, and with Envoy < 1.37 one per open watch.
-		CircuitBreakers: &clusterv3.CircuitBreakers{Thresholds: []*clusterv3.CircuitBreakers_Thresholds{{
-			Priority:           corev3.RoutingPriority_DEFAULT,
-			MaxConnections:     wrapperspb.UInt32(1024),
-			MaxPendingRequests: wrapperspb.UInt32(10000),
-			MaxRequests:        wrapperspb.UInt32(1000000),
-		}}},
 	}
-	if path, ok := strings.CutPrefix(tb.o.ExtProcAddress, "unix://"); ok {
+	if path, ok := strings.CutPrefix(addr, "unix://"); ok {
 		c.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STATIC}
-		c.LoadAssignment = &endpointv3.ClusterLoadAssignment{ClusterName: c.Name, Endpoints: []*endpointv3.LocalityLbEndpoints{{
+		c.LoadAssignment = &endpointv3.ClusterLoadAssignment{ClusterName: name, Endpoints: []*endpointv3.LocalityLbEndpoints{{
 			LbEndpoints: []*endpointv3.LbEndpoint{lbEndpoint(&corev3.Address{Address: &corev3.Address_Pipe{Pipe: &corev3.Pipe{Path: path}}})},
 		}}}
 	} else {
-		la, typ, err := loadAssignment(c.Name, []string{tb.o.ExtProcAddress})
+		la, typ, err := loadAssignment(name, []string{addr})
 		if err != nil {
 			return nil, err
 		}
 		c.ClusterDiscoveryType, c.LoadAssignment = &clusterv3.Cluster_Type{Type: typ}, la
 	}
-	if tb.o.ExtProcCAFile != "" {
-		sni := tb.o.ExtProcSNI
+	if ca != "" {
 		if sni == "" {
-			sni, _, _ = net.SplitHostPort(tb.o.ExtProcAddress)
+			sni, _, _ = net.SplitHostPort(addr)
 		}
-		tlsAny, err := pack(&tlsv3.UpstreamTlsContext{
-			Sni: sni,
-			CommonTlsContext: &tlsv3.CommonTlsContext{
-				TlsParams:       &tlsv3.TlsParameters{TlsMinimumProtocolVersion: tlsv3.TlsParameters_TLSv1_3},
-				TlsCertificates: []*tlsv3.TlsCertificate{{CertificateChain: file(tb.o.ExtProcCertFile), PrivateKey: file(tb.o.ExtProcKeyFile)}},
-				ValidationContextType: &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
-					TrustedCa: file(tb.o.ExtProcCAFile),
-					MatchTypedSubjectAltNames: []*tlsv3.SubjectAltNameMatcher{{
-						SanType: sanType(sni),
-						Matcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: sni}},
-					}},
-				}},
-				AlpnProtocols: []string{"h2"},
-			},
-		})
-		if err != nil {
+		if c.TransportSocket, err = mtlsSocket(sni, ca, cert, key, tlsv3.TlsParameters_TLSv1_3, "h2"); err != nil {
 			return nil, err
 		}
-		c.TransportSocket = &corev3.TransportSocket{Name: transportTLS, ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: tlsAny}}
 	}
 	return c, nil
+}
+
+// mtlsSocket is a TLS transport socket that verifies the peer's chain against ca and its name (Envoy
+// checks the chain but not the name unless told to: match_typed_subject_alt_names) and presents
+// cert and key.
+func mtlsSocket(sni, ca, cert, key string, minVersion tlsv3.TlsParameters_TlsProtocol, alpn string) (*corev3.TransportSocket, error) {
+	tlsAny, err := pack(&tlsv3.UpstreamTlsContext{
+		Sni: sni,
+		CommonTlsContext: &tlsv3.CommonTlsContext{
+			TlsParams:       &tlsv3.TlsParameters{TlsMinimumProtocolVersion: minVersion},
+			TlsCertificates: []*tlsv3.TlsCertificate{{CertificateChain: file(cert), PrivateKey: file(key)}},
+			ValidationContextType: &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
+				TrustedCa: file(ca),
+				MatchTypedSubjectAltNames: []*tlsv3.SubjectAltNameMatcher{{
+					SanType: sanType(sni),
+					Matcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: sni}},
+				}},
+			}},
+			AlpnProtocols: []string{alpn},
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &corev3.TransportSocket{Name: transportTLS, ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: tlsAny}}, nil
 }
 
 func sanType(name string) tlsv3.SubjectAltNameMatcher_SanType {
