@@ -48,8 +48,7 @@ func (tb *translator) apiserverCluster(name string, addrs []string, h1 bool) (*c
 	if err != nil {
 		return nil, err
 	}
-	// The front-proxy client certificate: the apiserver trusts X-Remote-* only from it.
-	ts, err := mtlsSocket(wire.UpstreamSNI, tb.o.UpstreamCAFile, tb.o.FrontProxyCertFile, tb.o.FrontProxyKeyFile, tlsv3.TlsParameters_TLSv1_2, alpn)
+	ts, err := apiserverTLS(alpn)
 	if err != nil {
 		return nil, err
 	}

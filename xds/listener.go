@@ -105,13 +105,13 @@ func (tb *translator) listener() (*listenerv3.Listener, error) {
 	}
 
 	common := &tlsv3.CommonTlsContext{
-		TlsParams:       &tlsv3.TlsParameters{TlsMinimumProtocolVersion: tlsv3.TlsParameters_TLSv1_2},
-		TlsCertificates: []*tlsv3.TlsCertificate{{CertificateChain: file(tb.o.ServingCertFile), PrivateKey: file(tb.o.ServingKeyFile)}},
-		AlpnProtocols:   []string{"h2", "http/1.1"},
+		TlsParams:                      &tlsv3.TlsParameters{TlsMinimumProtocolVersion: tlsv3.TlsParameters_TLSv1_2},
+		TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{sdsRef(SecretFrontCert)},
+		AlpnProtocols:                  []string{"h2", "http/1.1"},
 	}
 	if tb.o.ClientCAFile != "" {
 		// Requested, verified when presented, not required: token users have no certificate.
-		common.ValidationContextType = &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{TrustedCa: file(tb.o.ClientCAFile)}}
+		common.ValidationContextType = &tlsv3.CommonTlsContext_ValidationContextSdsSecretConfig{ValidationContextSdsSecretConfig: sdsRef(SecretClientCA)}
 	}
 	tlsAny, err := pack(&tlsv3.DownstreamTlsContext{CommonTlsContext: common, RequireClientCertificate: wrapperspb.Bool(false)})
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	discoveryservice "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	listenerservice "github.com/envoyproxy/go-control-plane/envoy/service/listener/v3"
 	routeservice "github.com/envoyproxy/go-control-plane/envoy/service/route/v3"
+	secretservice "github.com/envoyproxy/go-control-plane/envoy/service/secret/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -126,6 +127,7 @@ func (s *Server) Register(g *grpc.Server) {
 	clusterservice.RegisterClusterDiscoveryServiceServer(g, s.xds)
 	listenerservice.RegisterListenerDiscoveryServiceServer(g, s.xds)
 	routeservice.RegisterRouteDiscoveryServiceServer(g, s.xds)
+	secretservice.RegisterSecretDiscoveryServiceServer(g, s.xds)
 }
 
 // ClusterReady reports whether every connected Envoy has acknowledged cluster; ext_proc names only
@@ -203,6 +205,7 @@ func (s *Server) publish(ctx context.Context, t *discovery.Topology) time.Time {
 		resourcev3.ClusterType:  toResources(rs.Clusters),
 		resourcev3.RouteType:    toResources(rs.Routes),
 		resourcev3.ListenerType: toResources(rs.Listeners),
+		resourcev3.SecretType:   toResources(rs.Secrets),
 	}
 	hash, err := contentHash(rs)
 	if err != nil {
@@ -276,6 +279,9 @@ func contentHash(rs *Resources) (string, error) {
 	}
 	for _, c := range rs.Clusters {
 		msgs = append(msgs, c)
+	}
+	for _, sec := range rs.Secrets {
+		msgs = append(msgs, sec)
 	}
 	for _, m := range msgs {
 		b, err := opts.Marshal(m)

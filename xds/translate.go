@@ -7,6 +7,7 @@ import (
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
@@ -20,6 +21,8 @@ type Resources struct {
 	Routes    []*routev3.RouteConfiguration
 	// Clusters sorted by name.
 	Clusters []*clusterv3.Cluster
+	// Secrets are the TLS files Envoy loads and watches (SDS with file paths).
+	Secrets []*tlsv3.Secret
 }
 
 // ClusterNames returns the names of rs.Clusters.
@@ -123,7 +126,7 @@ func Translate(t *discovery.Topology, o Options) (*Resources, error) {
 	if err != nil {
 		return nil, err
 	}
-	rs := &Resources{Listeners: []*listenerv3.Listener{l}, Routes: []*routev3.RouteConfiguration{rc}, Clusters: clusters}
+	rs := &Resources{Listeners: []*listenerv3.Listener{l}, Routes: []*routev3.RouteConfiguration{rc}, Clusters: clusters, Secrets: tb.secrets()}
 	if err := rs.check(); err != nil {
 		return nil, err
 	}
@@ -157,6 +160,18 @@ func (rs *Resources) check() error {
 			}
 		}
 	}
+	secrets := map[string]bool{}
+	for _, sec := range rs.Secrets {
+		if err := sec.ValidateAll(); err != nil {
+			return fmt.Errorf("secret %s: %w", sec.Name, err)
+		}
+		secrets[sec.Name] = true
+	}
+	for _, ref := range sdsReferences(rs) {
+		if !secrets[ref] {
+			return fmt.Errorf("secret %q is referenced but not served", ref)
+		}
+	}
 	if !names[wire.ExtProcCluster] {
 		return fmt.Errorf("ext_proc cluster %q missing", wire.ExtProcCluster)
 	}
@@ -175,4 +190,36 @@ func cmpString(a, b string) int {
 		return 1
 	}
 	return 0
+}
+
+// sdsReferences lists every secret name the listeners and clusters reference, by walking their TLS
+// contexts (the snapshot's Consistent() does not check SDS names).
+func sdsReferences(rs *Resources) []string {
+	var out []string
+	common := func(c *tlsv3.CommonTlsContext) {
+		for _, s := range c.GetTlsCertificateSdsSecretConfigs() {
+			out = append(out, s.Name)
+		}
+		if s := c.GetValidationContextSdsSecretConfig(); s != nil {
+			out = append(out, s.Name)
+		}
+		if s := c.GetCombinedValidationContext().GetValidationContextSdsSecretConfig(); s != nil {
+			out = append(out, s.Name)
+		}
+	}
+	for _, c := range rs.Clusters {
+		var u tlsv3.UpstreamTlsContext
+		if c.TransportSocket != nil && c.TransportSocket.GetTypedConfig().UnmarshalTo(&u) == nil {
+			common(u.CommonTlsContext)
+		}
+	}
+	for _, l := range rs.Listeners {
+		for _, fc := range l.FilterChains {
+			var d tlsv3.DownstreamTlsContext
+			if fc.TransportSocket != nil && fc.TransportSocket.GetTypedConfig().UnmarshalTo(&d) == nil {
+				common(d.CommonTlsContext)
+			}
+		}
+	}
+	return out
 }

@@ -120,6 +120,7 @@ func TestTranslateGolden(t *testing.T) {
 				"listeners": toYAML(t, rs.Listeners),
 				"routes":    toYAML(t, rs.Routes),
 				"clusters":  toYAML(t, rs.Clusters),
+				"secrets":   toYAML(t, rs.Secrets),
 			} {
 				path := filepath.Join("testdata", name+"."+kind+".golden.yaml")
 				want[path] = true

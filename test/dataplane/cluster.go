@@ -62,9 +62,85 @@ func hostAddresses(c *clusterv3.Cluster) ([]string, error) {
 	return out, nil
 }
 
+// secretStore holds the secrets of the last SDS response. Secrets carry file paths; the files are
+// read at every TLS handshake, so a rotated file takes effect for new connections (Envoy watches
+// the directories of SDS-delivered file paths and reloads them: SDS key rotation).
+type secretStore struct {
+	m atomic.Pointer[map[string]*tlsv3.Secret]
+}
+
+func (s *secretStore) get(name string) (*tlsv3.Secret, error) {
+	if m := s.m.Load(); m != nil {
+		if sec, ok := (*m)[name]; ok {
+			return sec, nil
+		}
+	}
+	return nil, fmt.Errorf("secret %q not received (yet)", name)
+}
+
+// certSource returns the certificate of a CommonTlsContext: inline files or an SDS secret.
+func certSource(common *tlsv3.CommonTlsContext, secrets *secretStore) func() (*tls.Certificate, error) {
+	return func() (*tls.Certificate, error) {
+		var tc *tlsv3.TlsCertificate
+		switch {
+		case len(common.TlsCertificates) > 0:
+			tc = common.TlsCertificates[0]
+		case len(common.TlsCertificateSdsSecretConfigs) > 0:
+			sec, err := secrets.get(common.TlsCertificateSdsSecretConfigs[0].Name)
+			if err != nil {
+				return nil, err
+			}
+			tc = sec.GetTlsCertificate()
+		default:
+			return nil, nil
+		}
+		pair, err := tls.LoadX509KeyPair(tc.CertificateChain.GetFilename(), tc.PrivateKey.GetFilename())
+		return &pair, err
+	}
+}
+
+// caSource returns the trusted CAs and SAN matchers of a CommonTlsContext's validation: inline, SDS,
+// or combined (SAN matchers inline, CA by SDS). ok is false without any validation.
+func caSource(common *tlsv3.CommonTlsContext, secrets *secretStore) (pool func() (*x509.CertPool, error), sans []string, ok bool) {
+	var inline *tlsv3.CertificateValidationContext
+	var sds string
+	switch v := common.ValidationContextType.(type) {
+	case *tlsv3.CommonTlsContext_ValidationContext:
+		inline = v.ValidationContext
+	case *tlsv3.CommonTlsContext_ValidationContextSdsSecretConfig:
+		sds = v.ValidationContextSdsSecretConfig.Name
+	case *tlsv3.CommonTlsContext_CombinedValidationContext:
+		inline, sds = v.CombinedValidationContext.DefaultValidationContext, v.CombinedValidationContext.GetValidationContextSdsSecretConfig().GetName()
+	default:
+		return nil, nil, false
+	}
+	for _, m := range inline.GetMatchTypedSubjectAltNames() {
+		sans = append(sans, m.Matcher.GetExact())
+	}
+	return func() (*x509.CertPool, error) {
+		path := inline.GetTrustedCa().GetFilename()
+		if sds != "" {
+			sec, err := secrets.get(sds)
+			if err != nil {
+				return nil, err
+			}
+			path = sec.GetValidationContext().GetTrustedCa().GetFilename()
+		}
+		pemData, err := os.ReadFile(path)
+		if err != nil {
+			return nil, err
+		}
+		p := x509.NewCertPool()
+		if !p.AppendCertsFromPEM(pemData) {
+			return nil, fmt.Errorf("%s: no CA certificate", path)
+		}
+		return p, nil
+	}, sans, true
+}
+
 // upstreamTLS builds the client TLS config of an UpstreamTlsContext (envoy.transport_sockets.tls):
-// the CA from the validation context, SNI, SAN matchers, client certificate, ALPN.
-func upstreamTLS(ts *corev3.TransportSocket) (*tls.Config, error) {
+// CA and SAN matchers from the validation context, SNI, client certificate, ALPN.
+func upstreamTLS(ts *corev3.TransportSocket, secrets *secretStore) (*tls.Config, error) {
 	if ts == nil {
 		return nil, nil
 	}
@@ -77,35 +153,27 @@ func upstreamTLS(ts *corev3.TransportSocket) (*tls.Config, error) {
 	if common.GetTlsParams().GetTlsMinimumProtocolVersion() == tlsv3.TlsParameters_TLSv1_3 {
 		cfg.MinVersion = tls.VersionTLS13
 	}
-	for _, c := range common.TlsCertificates {
-		pair, err := tls.LoadX509KeyPair(c.CertificateChain.GetFilename(), c.PrivateKey.GetFilename())
-		if err != nil {
-			return nil, err
+	cert := certSource(common, secrets)
+	cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+		c, err := cert()
+		if c == nil && err == nil {
+			return &tls.Certificate{}, nil
 		}
-		cfg.Certificates = append(cfg.Certificates, pair)
+		return c, err
 	}
-	vc := common.GetValidationContext()
-	if vc == nil {
+	pool, sans, ok := caSource(common, secrets)
+	if !ok {
 		return nil, errors.New("upstream TLS without a validation context: skewgate always verifies")
-	}
-	pem, err := os.ReadFile(vc.TrustedCa.GetFilename())
-	if err != nil {
-		return nil, err
-	}
-	cfg.RootCAs = x509.NewCertPool()
-	if !cfg.RootCAs.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("%s: no CA certificate", vc.TrustedCa.GetFilename())
-	}
-	var sans []string
-	for _, m := range vc.MatchTypedSubjectAltNames {
-		sans = append(sans, m.Matcher.GetExact())
 	}
 	// Envoy verifies the chain against trusted_ca and the SAN only against
 	// match_typed_subject_alt_names (not against SNI); Go verifies against ServerName, so verify
 	// the chain ourselves and then every listed SAN.
 	cfg.InsecureSkipVerify = true
-	roots := cfg.RootCAs
 	cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+		roots, err := pool()
+		if err != nil {
+			return err
+		}
 		if len(cs.PeerCertificates) == 0 {
 			return errors.New("no server certificate")
 		}
@@ -142,7 +210,7 @@ func isHTTP1(c *clusterv3.Cluster) (bool, error) {
 	return o.GetExplicitHttpConfig().GetHttp2ProtocolOptions() == nil, nil
 }
 
-func newCluster(c *clusterv3.Cluster, old *cluster) (*cluster, error) {
+func newCluster(c *clusterv3.Cluster, old *cluster, secrets *secretStore) (*cluster, error) {
 	addrs, err := hostAddresses(c)
 	if err != nil {
 		return nil, err
@@ -151,7 +219,7 @@ func newCluster(c *clusterv3.Cluster, old *cluster) (*cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	tc, err := upstreamTLS(c.TransportSocket)
+	tc, err := upstreamTLS(c.TransportSocket, secrets)
 	if err != nil {
 		return nil, fmt.Errorf("cluster %s: %w", c.Name, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -16,6 +17,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -36,6 +38,7 @@ type Config struct {
 type DataPlane struct {
 	cfg      Config
 	clusters clusters
+	secrets  secretStore
 	routes   atomic.Pointer[routev3.RouteConfiguration]
 	chain    atomic.Pointer[chain]
 
@@ -130,23 +133,52 @@ func (d *DataPlane) subscribe(ctx context.Context, conn *grpc.ClientConn) error 
 	}
 	requested := map[string]bool{resourcev3.ClusterType: true}
 	var routeNames []string
+	// Secrets are requested by name as clusters and listeners reference them (Envoy does the same:
+	// SDS subscriptions follow the TLS contexts that name them).
+	secretNames := map[string]bool{}
+	requestSecrets := func(names []string) error {
+		added := false
+		for _, n := range names {
+			if !secretNames[n] {
+				secretNames[n], added = true, true
+			}
+		}
+		if !added {
+			return nil
+		}
+		var all []string
+		for n := range secretNames {
+			all = append(all, n)
+		}
+		slices.Sort(all)
+		return send(resourcev3.SecretType, all, "", nil)
+	}
 	for {
 		resp, err := stream.Recv()
 		if err != nil {
 			return err
 		}
 		var applyErr error
+		var refs []string
 		switch resp.TypeUrl {
 		case resourcev3.ClusterType:
-			applyErr = d.applyClusters(ctx, resp)
+			refs, applyErr = d.applyClusters(ctx, resp)
 		case resourcev3.ListenerType:
-			routeNames, applyErr = d.applyListener(resp)
+			routeNames, refs, applyErr = d.applyListener(resp)
 		case resourcev3.RouteType:
 			applyErr = d.applyRoutes(resp)
+		case resourcev3.SecretType:
+			applyErr = d.applySecrets(resp)
 		}
 		names := []string(nil)
-		if resp.TypeUrl == resourcev3.RouteType {
+		switch resp.TypeUrl {
+		case resourcev3.RouteType:
 			names = routeNames
+		case resourcev3.SecretType:
+			for n := range secretNames {
+				names = append(names, n)
+			}
+			slices.Sort(names)
 		}
 		if applyErr != nil {
 			d.cfg.Logf("dataplane: NACK %s %s: %v", resp.TypeUrl, resp.VersionInfo, applyErr)
@@ -158,6 +190,9 @@ func (d *DataPlane) subscribe(ctx context.Context, conn *grpc.ClientConn) error 
 		}
 		if applyErr != nil {
 			continue
+		}
+		if err := requestSecrets(refs); err != nil {
+			return err
 		}
 		if !requested[resourcev3.ListenerType] {
 			requested[resourcev3.ListenerType] = true
@@ -174,7 +209,56 @@ func (d *DataPlane) subscribe(ctx context.Context, conn *grpc.ClientConn) error 
 	}
 }
 
-func (d *DataPlane) applyClusters(ctx context.Context, resp *discoveryv3.DiscoveryResponse) error {
+func (d *DataPlane) applySecrets(resp *discoveryv3.DiscoveryResponse) error {
+	m := map[string]*tlsv3.Secret{}
+	for _, a := range resp.Resources {
+		var sec tlsv3.Secret
+		if err := a.UnmarshalTo(&sec); err != nil {
+			return err
+		}
+		if err := sec.ValidateAll(); err != nil {
+			return err
+		}
+		m[sec.Name] = &sec
+	}
+	d.secrets.m.Store(&m)
+	return nil
+}
+
+// secretRefs lists the SDS secrets a transport socket's TLS context names.
+func secretRefs(ts *corev3.TransportSocket, downstream bool) []string {
+	if ts == nil {
+		return nil
+	}
+	var common *tlsv3.CommonTlsContext
+	if downstream {
+		var c tlsv3.DownstreamTlsContext
+		if ts.GetTypedConfig().UnmarshalTo(&c) != nil {
+			return nil
+		}
+		common = c.CommonTlsContext
+	} else {
+		var c tlsv3.UpstreamTlsContext
+		if ts.GetTypedConfig().UnmarshalTo(&c) != nil {
+			return nil
+		}
+		common = c.CommonTlsContext
+	}
+	var out []string
+	for _, s := range common.GetTlsCertificateSdsSecretConfigs() {
+		out = append(out, s.Name)
+	}
+	if s := common.GetValidationContextSdsSecretConfig(); s != nil {
+		out = append(out, s.Name)
+	}
+	if s := common.GetCombinedValidationContext().GetValidationContextSdsSecretConfig(); s != nil {
+		out = append(out, s.Name)
+	}
+	return out
+}
+
+func (d *DataPlane) applyClusters(ctx context.Context, resp *discoveryv3.DiscoveryResponse) ([]string, error) {
+	var refs []string
 	next := map[string]*cluster{}
 	d.clusters.mu.RLock()
 	old := d.clusters.m
@@ -182,19 +266,20 @@ func (d *DataPlane) applyClusters(ctx context.Context, resp *discoveryv3.Discove
 	for _, a := range resp.Resources {
 		var c clusterv3.Cluster
 		if err := a.UnmarshalTo(&c); err != nil {
-			return err
+			return nil, err
 		}
 		if err := c.ValidateAll(); err != nil {
-			return err
+			return nil, err
 		}
-		cl, err := newCluster(&c, old[c.Name])
+		cl, err := newCluster(&c, old[c.Name], &d.secrets)
 		if err != nil {
 			for _, n := range next {
 				n.stop()
 			}
-			return err
+			return nil, err
 		}
 		next[c.Name] = cl
+		refs = append(refs, secretRefs(c.TransportSocket, false)...)
 	}
 	for _, c := range next {
 		c.start(ctx)
@@ -205,27 +290,27 @@ func (d *DataPlane) applyClusters(ctx context.Context, resp *discoveryv3.Discove
 	for _, c := range old {
 		c.stop()
 	}
-	return nil
+	return refs, nil
 }
 
-func (d *DataPlane) applyListener(resp *discoveryv3.DiscoveryResponse) ([]string, error) {
+func (d *DataPlane) applyListener(resp *discoveryv3.DiscoveryResponse) (routes, secrets []string, err error) {
 	if len(resp.Resources) != 1 {
-		return nil, fmt.Errorf("want one listener, got %d", len(resp.Resources))
+		return nil, nil, fmt.Errorf("want one listener, got %d", len(resp.Resources))
 	}
 	var l listenerv3.Listener
 	if err := resp.Resources[0].UnmarshalTo(&l); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := l.ValidateAll(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	tc, err := downstreamTLS(&l)
+	tc, err := downstreamTLS(&l, &d.secrets)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	ch, err := d.buildChain(&l)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	sa := l.GetAddress().GetSocketAddress()
 	addr := net.JoinHostPort(sa.GetAddress(), strconv.Itoa(int(sa.GetPortValue())))
@@ -234,7 +319,7 @@ func (d *DataPlane) applyListener(resp *discoveryv3.DiscoveryResponse) ([]string
 	if d.server == nil {
 		lis, err := net.Listen("tcp", addr)
 		if err != nil {
-			return nil, fmt.Errorf("bind %s: %w", addr, err)
+			return nil, nil, fmt.Errorf("bind %s: %w", addr, err)
 		}
 		d.addr = lis.Addr().String()
 		// TLS config is taken per connection so a listener update applies to new connections.
@@ -244,8 +329,8 @@ func (d *DataPlane) applyListener(resp *discoveryv3.DiscoveryResponse) ([]string
 		srv := &http.Server{
 			Handler:           http.HandlerFunc(d.serveHTTP),
 			ReadHeaderTimeout: ch.hcm.GetRequestHeadersTimeout().AsDuration(),
-			TLSConfig: &tls.Config{NextProtos: tc.NextProtos, GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
-				return current.Load(), nil
+			TLSConfig: &tls.Config{NextProtos: tc.NextProtos, GetConfigForClient: func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+				return current.Load().GetConfigForClient(hello)
 			}},
 		}
 		d.server = srv
@@ -260,7 +345,7 @@ func (d *DataPlane) applyListener(resp *discoveryv3.DiscoveryResponse) ([]string
 			}
 		}
 	}
-	return []string{ch.hcm.GetRds().GetRouteConfigName()}, nil
+	return []string{ch.hcm.GetRds().GetRouteConfigName()}, secretRefs(l.FilterChains[0].TransportSocket, true), nil
 }
 
 func (d *DataPlane) applyRoutes(resp *discoveryv3.DiscoveryResponse) error {

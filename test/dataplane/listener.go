@@ -3,7 +3,6 @@ package dataplane
 import (
 	"crypto/sha256"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/hex"
 	"encoding/pem"
 	"errors"
@@ -12,7 +11,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
-	"os"
 	"strings"
 
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
@@ -42,8 +40,8 @@ type chain struct {
 
 // downstreamTLS builds the server TLS config of a DownstreamTlsContext: certificate, ALPN, and when a
 // validation context is set, client certificates requested and verified if presented
-// (require_client_certificate false).
-func downstreamTLS(l *listenerv3.Listener) (*tls.Config, error) {
+// (require_client_certificate false). Files are read at each handshake (see secretStore).
+func downstreamTLS(l *listenerv3.Listener, secrets *secretStore) (*tls.Config, error) {
 	if len(l.FilterChains) != 1 || l.FilterChains[0].TransportSocket == nil {
 		return nil, errors.New("want exactly one filter chain with TLS")
 	}
@@ -52,29 +50,26 @@ func downstreamTLS(l *listenerv3.Listener) (*tls.Config, error) {
 		return nil, err
 	}
 	common := ctx.CommonTlsContext
-	cfg := &tls.Config{NextProtos: common.AlpnProtocols, MinVersion: tls.VersionTLS12}
-	for _, c := range common.TlsCertificates {
-		pair, err := tls.LoadX509KeyPair(c.CertificateChain.GetFilename(), c.PrivateKey.GetFilename())
-		if err != nil {
-			return nil, err
+	cert := certSource(common, secrets)
+	pool, _, verify := caSource(common, secrets)
+	require := ctx.GetRequireClientCertificate().GetValue()
+	return &tls.Config{NextProtos: common.AlpnProtocols, GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+		c, err := cert()
+		if err != nil || c == nil {
+			return nil, fmt.Errorf("front certificate: %v", err)
 		}
-		cfg.Certificates = append(cfg.Certificates, pair)
-	}
-	if vc := common.GetValidationContext(); vc != nil {
-		pemData, err := os.ReadFile(vc.TrustedCa.GetFilename())
-		if err != nil {
-			return nil, err
+		cfg := &tls.Config{NextProtos: common.AlpnProtocols, MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{*c}}
+		if verify {
+			if cfg.ClientCAs, err = pool(); err != nil {
+				return nil, err
+			}
+			cfg.ClientAuth = tls.VerifyClientCertIfGiven
+			if require {
+				cfg.ClientAuth = tls.RequireAndVerifyClientCert
+			}
 		}
-		cfg.ClientCAs = x509.NewCertPool()
-		if !cfg.ClientCAs.AppendCertsFromPEM(pemData) {
-			return nil, errors.New("client CA: no certificate")
-		}
-		cfg.ClientAuth = tls.VerifyClientCertIfGiven
-		if ctx.GetRequireClientCertificate().GetValue() {
-			cfg.ClientAuth = tls.RequireAndVerifyClientCert
-		}
-	}
-	return cfg, nil
+		return cfg, nil
+	}}, nil
 }
 
 func (d *DataPlane) buildChain(l *listenerv3.Listener) (*chain, error) {

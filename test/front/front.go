@@ -53,6 +53,8 @@ type Front struct {
 	Address            string
 	// DataPlane says what serves the front: "envoy" or "test data plane".
 	DataPlane string
+	// ServingCert is the front's certificate; Envoy watches the files (SDS with file paths).
+	ServingCert testbed.CertPair
 	Server    *app.Server
 	tb        *testbed.Testbed
 	dir       string
@@ -150,7 +152,7 @@ func Start(ctx context.Context, tb *testbed.Testbed, o Options) (*Front, error) 
 		return nil, err
 	}
 	f := &Front{URL: "https://" + net.JoinHostPort(ip.String(), strconv.Itoa(Port)), Address: net.JoinHostPort(ip.String(), strconv.Itoa(Port)),
-		Server: srv, tb: tb, dir: o.Dir, cancel: cancel, done: done}
+		Server: srv, tb: tb, dir: o.Dir, cancel: cancel, done: done, ServingCert: serving}
 
 	if envoy := os.Getenv("ENVOY_BIN"); envoy != "" {
 		f.DataPlane = "envoy"
