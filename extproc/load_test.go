@@ -3,6 +3,7 @@ package extproc
 import (
 	"context"
 	"fmt"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -33,6 +34,8 @@ func BenchmarkServerDecide(b *testing.B) {
 // millisecond on an idle Go runtime, is not the service's latency and is left out.) Run it with
 // `go test ./extproc -run XXX -bench ProcessLoad -benchtime 1x`.
 func BenchmarkProcessLoad(b *testing.B) {
+	// skewgate serve runs with --gc-percent 400 by default.
+	defer debug.SetGCPercent(debug.SetGCPercent(400))
 	for _, rate := range []int{2000, 5000, 10000} {
 		b.Run(fmt.Sprintf("rate=%d", rate), func(b *testing.B) {
 			h := startServer(b)
