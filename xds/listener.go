@@ -3,6 +3,7 @@ package xds
 import (
 	"time"
 
+	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/config/accesslog/v3"
 	mutationrulesv3 "github.com/envoyproxy/go-control-plane/envoy/config/common/mutation_rules/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
@@ -13,6 +14,7 @@ import (
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/skewgate/skewgate/internal/wire"
@@ -96,6 +98,7 @@ func (tb *translator) listener() (*listenerv3.Listener, error) {
 		ForwardClientCertDetails:     hcmv3.HttpConnectionManager_SANITIZE_SET,
 		SetCurrentClientCertDetails:  &hcmv3.HttpConnectionManager_SetCurrentClientCertDetails{Cert: true},
 		ServerHeaderTransformation:   hcmv3.HttpConnectionManager_PASS_THROUGH,
+		LocalReplyConfig:             neverSentReply(),
 		PathWithEscapedSlashesAction: hcmv3.HttpConnectionManager_KEEP_UNCHANGED,
 		StripTrailingHostDot:         true,
 	}
@@ -126,6 +129,35 @@ func (tb *translator) listener() (*listenerv3.Listener, error) {
 			TransportSocket: &corev3.TransportSocket{Name: transportTLS, ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: tlsAny}},
 		}},
 	}, nil
+}
+
+// neverSentFlags are Envoy's response flags for local replies to requests that provably never reached
+// an apiserver: no healthy upstream (UH), upstream connection failure (UF), no cluster found (NC).
+var neverSentFlags = []string{"UH", "UF", "NC"}
+
+// neverSentReply makes those replies look like an apiserver's own 503: a metav1.Status body and
+// Retry-After, so clients retry them (client-go does, for writes too). Nothing that may have reached
+// an apiserver is touched: Envoy's replies for a reset after the request was sent keep their form.
+func neverSentReply() *hcmv3.LocalReplyConfig {
+	body, _ := structpb.NewStruct(map[string]any{
+		"kind": "Status", "apiVersion": "v1", "metadata": map[string]any{}, "status": "Failure",
+		"reason": "ServiceUnavailable", "code": 503,
+		"message": "no apiserver could take the request (%RESPONSE_CODE_DETAILS%); it was not sent, retry",
+	})
+	return &hcmv3.LocalReplyConfig{Mappers: []*hcmv3.ResponseMapper{{
+		Filter: &accesslogv3.AccessLogFilter{FilterSpecifier: &accesslogv3.AccessLogFilter_ResponseFlagFilter{
+			ResponseFlagFilter: &accesslogv3.ResponseFlagFilter{Flags: neverSentFlags},
+		}},
+		StatusCode: wrapperspb.UInt32(503),
+		BodyFormatOverride: &corev3.SubstitutionFormatString{
+			Format:      &corev3.SubstitutionFormatString_JsonFormat{JsonFormat: body},
+			ContentType: "application/json",
+		},
+		HeadersToAdd: []*corev3.HeaderValueOption{{
+			Header:       &corev3.HeaderValue{Key: "retry-after", Value: "1"},
+			AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+		}},
+	}}}
 }
 
 // extProcFilter is the ext_proc filter: request headers only, fail open to the default route, and

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"encoding/hex"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"slices"
 	"strings"
 
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
@@ -269,7 +271,7 @@ func (d *DataPlane) forward(w http.ResponseWriter, r *http.Request, ch *chain, r
 		// cluster_not_found_response_code: SERVICE_UNAVAILABLE (default) 503, NOT_FOUND 404,
 		// INTERNAL_SERVER_ERROR 500.
 		code := map[routev3.RouteAction_ClusterNotFoundResponseCode]int{0: 503, 1: 404, 2: 500}[ra.ClusterNotFoundResponseCode]
-		http.Error(w, "cluster not found", code)
+		ch.localReply(w, code, "NC", "cluster_not_found")
 		return
 	}
 	if up := r.Header.Get("Upgrade"); up != "" && !ch.upgrades[strings.ToLower(up)] {
@@ -287,17 +289,49 @@ func (d *DataPlane) forward(w http.ResponseWriter, r *http.Request, ch *chain, r
 		Transport:     rt,
 		FlushInterval: -1, // stream: watches and logs (route timeout 0s)
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
-			if errors.Is(err, errNoHealthyUpstream) {
-				http.Error(w, "no healthy upstream", http.StatusServiceUnavailable)
-				return
+			switch {
+			case errors.Is(err, errNoHealthyUpstream):
+				ch.localReply(w, http.StatusServiceUnavailable, "UH", "no_healthy_upstream")
+			case connectFailure(err):
+				ch.localReply(w, http.StatusServiceUnavailable, "UF", "upstream_reset_before_response_started{connection_failure}")
+			default:
+				// The request may have reached the apiserver: no flag a mapper matches.
+				ch.localReply(w, http.StatusServiceUnavailable, "", "upstream connect error or disconnect/reset before headers: "+err.Error())
 			}
-			http.Error(w, "upstream connect error or disconnect/reset before headers: "+err.Error(), http.StatusServiceUnavailable)
 		},
 	}
 	proxy.ServeHTTP(w, r)
 }
 
 var errNoHealthyUpstream = errors.New("no healthy upstream")
+
+// localReply answers a request Envoy itself ends, applying the connection manager's
+// local_reply_config: the first mapper whose response_flag_filter holds the reply's flag rewrites
+// status, headers and body (body_format_override json_format, %RESPONSE_CODE_DETAILS% substituted).
+func (ch *chain) localReply(w http.ResponseWriter, code int, flag, details string) {
+	for _, m := range ch.hcm.GetLocalReplyConfig().GetMappers() {
+		if flag == "" || !slices.Contains(m.GetFilter().GetResponseFlagFilter().GetFlags(), flag) {
+			continue
+		}
+		if m.StatusCode != nil {
+			code = int(m.StatusCode.Value)
+		}
+		for _, o := range m.HeadersToAdd {
+			setHeader(w.Header(), o.Header.Key, o.Header.Value, o.AppendAction)
+		}
+		if jf := m.GetBodyFormatOverride().GetJsonFormat(); jf != nil {
+			body, _ := json.Marshal(jf.AsMap())
+			body = []byte(strings.ReplaceAll(string(body), "%RESPONSE_CODE_DETAILS%", details))
+			w.Header().Set("Content-Type", m.GetBodyFormatOverride().GetContentType())
+			w.WriteHeader(code)
+			w.Write(body)
+			return
+		}
+		http.Error(w, details, code)
+		return
+	}
+	http.Error(w, details, code)
+}
 
 // retrying picks a host per attempt and retries connect failures when the route's retry policy
 // allows (retry_on connect-failure, num_retries, previous_hosts predicate).

@@ -235,12 +235,15 @@ func TestScenarioRollingUpgrade(t *testing.T) {
 // (never 404) until it is back; after its /readyz, requests succeed again.
 func TestScenarioKillNew(t *testing.T) {
 	e := setup(t)
-	cs := kubernetes.NewForConfigOrDie(e.tb.RESTConfig(e.f.URL, testbed.AdminByToken))
+	// A plain HTTP client: client-go would silently retry a 503 with Retry-After, hiding what the
+	// front answers.
+	c := httpsClient(t, e.tb, nil)
 	var rec recorder
 	list := func() error {
-		ctx, c := context.WithTimeout(context.Background(), 5*time.Second)
-		defer c()
-		_, err := cs.AdmissionregistrationV1().MutatingAdmissionPolicies().List(ctx, metav1.ListOptions{Limit: 1})
+		code, body, err := do(t, c, http.MethodGet, e.f.URL+"/apis/"+mapGroup+"/v1/"+mapResource+"?limit=1", testbed.AdminToken)
+		if err == nil && code != http.StatusOK {
+			err = &apierrors.StatusError{ErrStatus: metav1.Status{Code: int32(code), Message: body}}
+		}
 		rec.add("list "+mapResource, err)
 		return err
 	}
@@ -254,6 +257,9 @@ func TestScenarioKillNew(t *testing.T) {
 	// Until new is back: every answer must be 503 (or 200 from a request that raced the kill).
 	var first503 time.Duration
 	for n := 0; n < 20; {
+		if time.Since(killed) > time.Minute {
+			t.Fatalf("no 20 answers of 503 within a minute of SIGKILL: %v", rec.out)
+		}
 		err := list()
 		if code := codeOf(err); code == http.StatusServiceUnavailable {
 			if n == 0 {
@@ -265,8 +271,8 @@ func TestScenarioKillNew(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond) // pacing the client loop
 	}
-	ctx, c := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer c()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
 	if err := e.tb.Start(ctx, "new"); err != nil {
 		t.Fatal(err)
 	}
