@@ -3,7 +3,6 @@ package xds
 import (
 	"errors"
 	"fmt"
-	"strings"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -12,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"sigs.k8s.io/yaml"
 
+	"github.com/skewgate/skewgate/internal/grpcutil"
 	"github.com/skewgate/skewgate/internal/wire"
 )
 
@@ -48,31 +48,7 @@ func Bootstrap(o BootstrapOptions) (*bootstrapv3.Bootstrap, error) {
 	if err != nil || !isLoopback(adminHost) || !isIP(adminHost) {
 		errs = append(errs, fmt.Errorf("admin address %q must be a loopback ip:port: the admin API can change Envoy's state", o.AdminAddress))
 	}
-	tlsFiles := 0
-	for _, f := range []string{o.XDSCAFile, o.XDSCertFile, o.XDSKeyFile} {
-		if f != "" {
-			tlsFiles++
-		}
-	}
-	if tlsFiles != 0 && tlsFiles != 3 {
-		errs = append(errs, errors.New("xDS mTLS needs all of CA, certificate and key files"))
-	}
-	xdsPipe, isPipe := strings.CutPrefix(o.XDSAddress, "unix://")
-	var xdsHost string
-	switch {
-	case o.XDSAddress == "":
-		errs = append(errs, errors.New("xDS address is required"))
-	case isPipe:
-		if !strings.HasPrefix(xdsPipe, "/") {
-			errs = append(errs, fmt.Errorf("xDS address %q: unix socket path must be absolute", o.XDSAddress))
-		}
-	default:
-		if xdsHost, _, err = splitHostPort(o.XDSAddress); err != nil {
-			errs = append(errs, fmt.Errorf("xDS address %q: %v", o.XDSAddress, err))
-		} else if tlsFiles == 0 && !isLoopback(xdsHost) {
-			errs = append(errs, fmt.Errorf("xDS address %q is not loopback: give xDS CA, certificate and key files (plaintext only on loopback or a unix socket)", o.XDSAddress))
-		}
-	}
+	errs = append(errs, grpcutil.CheckEndpoint("xDS address", o.XDSAddress, "--xds-ca-file, --xds-cert-file and --xds-key-file", o.XDSCAFile, o.XDSCertFile, o.XDSKeyFile)...)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}

@@ -5,8 +5,9 @@ import (
 	"fmt"
 	"net"
 	"strconv"
-	"strings"
 	"time"
+
+	"github.com/skewgate/skewgate/internal/grpcutil"
 )
 
 // Options is what the translation needs besides the Topology: where Envoy listens, and the
@@ -78,28 +79,7 @@ func (o Options) Validate() error {
 	if net.ParseIP(o.ListenAddress) == nil {
 		errs = append(errs, fmt.Errorf("listen address %q is not an IP address", o.ListenAddress))
 	}
-	n := 0
-	for _, f := range []string{o.ExtProcCAFile, o.ExtProcCertFile, o.ExtProcKeyFile} {
-		if f != "" {
-			n++
-		}
-	}
-	if n != 0 && n != 3 {
-		errs = append(errs, errors.New("ext_proc mTLS needs all of CA, certificate and key files"))
-	}
-	if o.ExtProcAddress == "" {
-		errs = append(errs, errors.New("ext_proc address is required"))
-	} else if path, ok := strings.CutPrefix(o.ExtProcAddress, "unix://"); ok {
-		if !strings.HasPrefix(path, "/") {
-			errs = append(errs, fmt.Errorf("ext_proc address %q: unix socket path must be absolute", o.ExtProcAddress))
-		}
-	} else if host, port, err := splitHostPort(o.ExtProcAddress); err != nil {
-		errs = append(errs, fmt.Errorf("ext_proc address %q: %v", o.ExtProcAddress, err))
-	} else if n == 0 && !isLoopback(host) {
-		errs = append(errs, fmt.Errorf("ext_proc address %q is not loopback: plaintext gRPC is only allowed on loopback or a unix socket; give ext_proc CA, certificate and key files", o.ExtProcAddress))
-	} else {
-		_ = port
-	}
+	errs = append(errs, grpcutil.CheckEndpoint("ext_proc address", o.ExtProcAddress, "the ext_proc CA, certificate and key files", o.ExtProcCAFile, o.ExtProcCertFile, o.ExtProcKeyFile)...)
 	if o.ExtProcTimeout < time.Millisecond || o.ExtProcTimeout > 10*time.Second {
 		errs = append(errs, fmt.Errorf("ext_proc timeout %v out of range [1ms, 10s]", o.ExtProcTimeout))
 	}

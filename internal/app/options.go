@@ -8,12 +8,12 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
 
 	"github.com/skewgate/skewgate/discovery"
+	"github.com/skewgate/skewgate/internal/grpcutil"
 	"github.com/skewgate/skewgate/xds"
 )
 
@@ -133,22 +133,8 @@ func (o *Options) Validate() []error {
 		errs = append(errs, fmt.Errorf("--allowed-cidr: %w", err))
 	}
 	o.cidrs = cidrs
-	tlsFiles := 0
-	for _, f := range []string{o.GRPCCertFile, o.GRPCKeyFile, o.GRPCClientCAFile} {
-		if f != "" {
-			tlsFiles++
-		}
-	}
-	if tlsFiles != 0 && tlsFiles != 3 {
-		errs = append(errs, errors.New("--grpc-cert-file, --grpc-key-file and --grpc-client-ca-file go together"))
-	}
 	for flag, addr := range map[string]string{"--xds-listen": o.XDSListen, "--extproc-listen": o.ExtProcListen} {
-		local, err := localAddress(addr)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", flag, err))
-		} else if !local && tlsFiles != 3 {
-			errs = append(errs, fmt.Errorf("%s %s is not loopback or a unix socket: give --grpc-cert-file, --grpc-key-file and --grpc-client-ca-file (plaintext gRPC only on loopback)", flag, addr))
-		}
+		errs = append(errs, grpcutil.CheckEndpoint(flag, addr, "--grpc-cert-file, --grpc-key-file and --grpc-client-ca-file", o.GRPCCertFile, o.GRPCKeyFile, o.GRPCClientCAFile)...)
 	}
 	if _, _, err := net.SplitHostPort(o.HTTPListen); err != nil {
 		errs = append(errs, fmt.Errorf("--http-listen: %w", err))
@@ -163,20 +149,4 @@ func (o *Options) Validate() []error {
 		errs = append(errs, errors.New("--kubeconfig is required outside a cluster: skewgate reads identity Leases and each apiserver's discovery with it"))
 	}
 	return errs
-}
-
-// localAddress reports whether addr is a unix socket or a loopback host:port.
-func localAddress(addr string) (bool, error) {
-	if path, ok := strings.CutPrefix(addr, "unix://"); ok {
-		if !strings.HasPrefix(path, "/") {
-			return false, fmt.Errorf("%q: unix socket path must be absolute", addr)
-		}
-		return true, nil
-	}
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false, err
-	}
-	ip := net.ParseIP(host)
-	return host == "localhost" || (ip != nil && ip.IsLoopback()), nil
 }
