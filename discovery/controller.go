@@ -326,7 +326,15 @@ func (c *Controller) endpoints() []netip.AddrPort {
 func (c *Controller) rebuild(ctx context.Context) time.Time {
 	start := time.Now()
 	now := c.cfg.Now()
-	view := readLeases(c.leases(), c.cfg.Static, c.cfg.Policy, c.endpoints(), now, c.cfg.StaleAfter)
+	c.mu.Lock()
+	answering := map[string]bool{}
+	for name, s := range c.states {
+		if s.ready {
+			answering[name] = true
+		}
+	}
+	c.mu.Unlock()
+	view := readLeases(c.leases(), c.cfg.Static, c.cfg.Policy, c.endpoints(), now, c.cfg.StaleAfter, answering)
 	for _, r := range view.rejected {
 		key := r.Lease + "\x00" + r.Annotation
 		if !c.seenRej[key] {

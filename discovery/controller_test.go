@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	dto "github.com/prometheus/client_model/go"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -271,15 +272,49 @@ func TestControllerFollowsLeasesReadinessAndPolicy(t *testing.T) {
 		waitFor(t, c, "new fresh", func(tp *Topology) bool { u, _ := tp.Upstream("new"); return !u.Stale && mapOnlyOnNew(tp) })
 	})
 
-	t.Run("a lease that stops being renewed is gone", func(t *testing.T) {
+	t.Run("a lease that stops being renewed is gone once its apiserver stops answering", func(t *testing.T) {
 		l, err := client.CoordinationV1().Leases(LeaseNamespace).Get(ctx, "apiserver-new", metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		l.Spec.RenewTime = &metav1.MicroTime{Time: time.Now().Add(-29 * time.Second)} // stale in ~1s
+		l.Spec.RenewTime = &metav1.MicroTime{Time: time.Now().Add(-31 * time.Second)} // stale
 		if _, err := client.CoordinationV1().Leases(LeaseNamespace).Update(ctx, l, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
+		// Our view of the Lease may be what is stale: while new answers its probes it stays.
+		seen := func() bool {
+			for _, x := range c.leases() {
+				if x.Name == "apiserver-new" && x.Spec.RenewTime.Time.Before(time.Now().Add(-30*time.Second)) {
+					return true
+				}
+			}
+			return false
+		}
+		for deadline := time.Now().Add(10 * time.Second); !seen(); {
+			if time.Now().After(deadline) {
+				t.Fatal("the informer never saw the stale Lease")
+			}
+			time.Sleep(10 * time.Millisecond) // polling the informer's cache
+		}
+		// Wait for a rebuild that read the stale Lease: new is still there.
+		rebuilds := func() uint64 {
+			var m dto.Metric
+			c.metrics.rebuildDuration.(prometheus.Metric).Write(&m)
+			return m.GetHistogram().GetSampleCount()
+		}
+		before := rebuilds()
+		c.wake()
+		for deadline := time.Now().Add(10 * time.Second); rebuilds() == before; {
+			if time.Now().After(deadline) {
+				t.Fatal("no rebuild after the stale Lease")
+			}
+			time.Sleep(10 * time.Millisecond) // polling the rebuild counter
+		}
+		if u, ok := c.Current().Upstream("new"); !ok || !u.Ready {
+			t.Fatalf("new left while it answers its probes: %+v", u)
+		}
+		neu.notReady.Store(true)
+		defer neu.notReady.Store(false)
 		topo := waitFor(t, c, "new gone", func(tp *Topology) bool { _, ok := tp.Upstream("new"); return !ok })
 		if d := topo.Decide(keyMAP, "get"); d.Action != ActionUnavailable {
 			t.Errorf("only the departed upstream served it: want unavailable (503, not 404), got %+v", d)

@@ -46,7 +46,12 @@ type leaseView struct {
 // live while renewTime+staleAfter is in the future: a SIGKILLed apiserver leaves its Lease for an
 // hour, so only renewals prove it is there. Static upstreams are always upstreams; a live Lease whose
 // hostname matches one adds its identity to it.
-func readLeases(leases []*coordinationv1.Lease, static []StaticUpstream, policy AddressPolicy, endpoints []netip.AddrPort, now time.Time, staleAfter time.Duration) leaseView {
+//
+// A Lease that looks stale still counts while its apiserver answers our own /readyz probes
+// (answering names the upstreams whose probes succeed): our view of Leases can stall while every
+// apiserver is fine, for instance while the apiserver our informers watch drains its connections
+// during a graceful shutdown (a minute on the testbed), and all Leases would look stale at once.
+func readLeases(leases []*coordinationv1.Lease, static []StaticUpstream, policy AddressPolicy, endpoints []netip.AddrPort, now time.Time, staleAfter time.Duration, answering map[string]bool) leaseView {
 	var v leaseView
 	trusted := map[netip.AddrPort]bool{}
 	for _, ep := range endpoints {
@@ -63,16 +68,17 @@ func readLeases(leases []*coordinationv1.Lease, static []StaticUpstream, policy 
 		if l.Spec.RenewTime == nil {
 			continue
 		}
-		expiry := l.Spec.RenewTime.Add(staleAfter)
-		if !expiry.After(now) {
-			continue
-		}
-		if v.nextExpiry.IsZero() || expiry.Before(v.nextExpiry) {
-			v.nextExpiry = expiry
-		}
 		host := l.Labels[HostnameLabel]
 		if !nameRE.MatchString(host) {
 			host = l.Name // a Lease name is a DNS subdomain already
+		}
+		expiry := l.Spec.RenewTime.Add(staleAfter)
+		if !expiry.After(now) {
+			if !answering[host] {
+				continue
+			}
+		} else if v.nextExpiry.IsZero() || expiry.Before(v.nextExpiry) {
+			v.nextExpiry = expiry
 		}
 		holder := ""
 		if l.Spec.HolderIdentity != nil {

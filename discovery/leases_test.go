@@ -47,7 +47,7 @@ func TestReadLeases(t *testing.T) {
 		lease("apiserver-long", "long", "10.0.0.7:6443"+strings.Repeat(" ", 10000), fresh),
 		lease("apiserver-noaddr", "noaddr", "", fresh), // 1.35 without a static entry
 	}
-	v := readLeases(leases, static, policy, endpoints, now, 30*time.Second)
+	v := readLeases(leases, static, policy, endpoints, now, 30*time.Second, nil)
 
 	var got []string
 	for _, c := range v.candidates {
@@ -97,5 +97,28 @@ func TestParseStaticUpstream(t *testing.T) {
 		if (err == nil) != ok {
 			t.Errorf("ParseStaticUpstream(%q) err = %v, want ok=%v", in, err, ok)
 		}
+	}
+}
+
+// TestStaleLeaseOfAnsweringApiserver: a Lease that looks stale stays an upstream while the apiserver
+// answers our probes (our Lease watch may be what is stale), and goes once it does not.
+func TestStaleLeaseOfAnsweringApiserver(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	policy := AddressPolicy{CIDRs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}}
+	leases := []*coordinationv1.Lease{
+		lease("apiserver-a", "a", "10.0.0.1:6443", now.Add(-40*time.Second)),
+		lease("apiserver-b", "b", "10.0.0.2:6443", now.Add(-40*time.Second)),
+		lease("apiserver-evil", "evil", "10.1.0.9:6443", now.Add(-40*time.Second)), // answering does not bypass the policy
+	}
+	v := readLeases(leases, nil, policy, nil, now, 30*time.Second, map[string]bool{"a": true, "evil": true})
+	var got []string
+	for _, c := range v.candidates {
+		got = append(got, c.Name)
+	}
+	if !slices.Equal(got, []string{"a"}) {
+		t.Errorf("candidates %v, want [a]: a answers probes, b does not", got)
+	}
+	if !v.nextExpiry.IsZero() {
+		t.Errorf("nextExpiry %v from a stale Lease", v.nextExpiry)
 	}
 }
