@@ -62,7 +62,7 @@ func NewOptions() *Options {
 		LogFormat:          "json",
 		LogLevel:           "info",
 		GCPercent:          400,
-		Envoy:              xds.Options{ListenAddress: "0.0.0.0", ListenPort: 6443, ExtProcTimeout: 100 * time.Millisecond, HealthCheckInterval: time.Second},
+		Envoy:              xds.Options{ListenAddress: "0.0.0.0", ListenPort: 6443, ExtProcTimeout: 500 * time.Millisecond, HealthCheckInterval: time.Second},
 	}
 }
 

@@ -223,7 +223,9 @@ func (d *DataPlane) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			resp, err := f.extProc.call(r.Context(), view, perRouteMetadata(route, f.name))
 			if err != nil {
 				if f.extProc.cfg.FailureModeAllow {
-					continue // failure_mode_allow: the request goes on unprocessed
+					// failure_mode_allow: the request goes on unprocessed, on the route chosen so far.
+					d.cfg.Logf("dataplane: ext_proc failed, failing open for %s %s: %v", r.Method, path, err)
+					continue
 				}
 				http.Error(w, "ext_proc failed", http.StatusInternalServerError)
 				return

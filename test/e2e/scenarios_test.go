@@ -37,6 +37,9 @@ func rounds(t *testing.T, kubeconfig, prefix string, n, workers int) (notFound, 
 					case err == nil:
 					case isNotFound(stderr):
 						nf.Add(1)
+						if prefix == "front" {
+							t.Logf("%s: 404 through skewgate: %s", name, strings.TrimSpace(stderr))
+						}
 					default:
 						fl.Add(1)
 						t.Logf("%s: %v %s", name, err, strings.TrimSpace(stderr))
