@@ -244,7 +244,12 @@ func TestVersionsNeverRepeat(t *testing.T) {
 			t.Fatal(err)
 		}
 		fetchClusters(t, c)
-		v, _ := ts.Version()
+		// The snapshot reaches the client before Version records it: wait for the record.
+		v, published := ts.Version()
+		if v == "" {
+			<-published
+			v, _ = ts.Version()
+		}
 		if v == "" || seen[v] {
 			t.Fatalf("version %q repeated or empty (seen %v)", v, seen)
 		}
@@ -290,6 +295,10 @@ func TestTranslationFailureKeepsLastSnapshot(t *testing.T) {
 	}
 	fetchClusters(t, c)
 	before, changed := ts.Version()
+	if before == "" { // the first snapshot reached the client before Version recorded it
+		<-changed
+		before, changed = ts.Version()
+	}
 	bad := discovery.Build("bad", time.Unix(0, 0), []discovery.UpstreamFacts{{
 		Upstream: discovery.Upstream{Name: "x", Address: "not-an-address", Ready: true},
 		API:      readDoc(t, "core"), APIs: readDoc(t, "apis-v1.36"),
