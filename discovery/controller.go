@@ -257,8 +257,16 @@ func (c *Controller) startInformers(ctx context.Context) error {
 		}
 		mf.Start(ctx.Done())
 	}
-	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
-		return fmt.Errorf("discovery: informers did not sync: %w", ctx.Err())
+	// Wait for the informers, but not forever: if the apiserver they talk to is not reachable yet (for
+	// instance when the kubeconfig points at the front this very Topology configures), publish from
+	// the static upstreams now and catch up as the informers sync (their events trigger rebuilds).
+	syncCtx, cancel := context.WithTimeout(ctx, c.cfg.InitialTimeout)
+	defer cancel()
+	if !cache.WaitForCacheSync(syncCtx.Done(), synced...) {
+		if ctx.Err() != nil {
+			return fmt.Errorf("discovery: informers did not sync: %w", ctx.Err())
+		}
+		c.log.Warn("informers not synced yet; building from static upstreams meanwhile", zap.Duration("waited", c.cfg.InitialTimeout))
 	}
 	return nil
 }

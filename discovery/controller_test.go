@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
-	dto "github.com/prometheus/client_model/go"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -18,9 +17,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+	"go.uber.org/zap/zaptest"
 	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
 
@@ -419,4 +421,29 @@ func runController(t *testing.T, c *Controller) context.Context {
 	go func() { defer close(done); _ = c.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 	return ctx
+}
+
+// TestPublishesBeforeInformersSync: with the Lease informers' apiserver unreachable (a kubeconfig
+// that points at the front itself), the static upstreams still make a Topology after InitialTimeout.
+func TestPublishesBeforeInformersSync(t *testing.T) {
+	pki, cert := testPKI(t)
+	up := newFakeUpstream(t, cert, "v1.36.3", docJSON(t, coreDoc()), docJSON(t, apisDoc(true)))
+	unreachable := restFor(t, pki)
+	unreachable.Host = "https://127.0.0.1:1" // nothing listens on port 1
+	c, err := New(Config{
+		Client:         kubernetes.NewForConfigOrDie(unreachable),
+		Upstream:       restFor(t, pki),
+		Static:         []StaticUpstream{{Name: "cp-1", Address: up.addr()}},
+		ProbeInterval:  100 * time.Millisecond,
+		InitialTimeout: 500 * time.Millisecond,
+		Logger:         zaptest.NewLogger(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runController(t, c)
+	waitFor(t, c, "cp-1 from the static list", func(tp *Topology) bool {
+		u, ok := tp.Upstream("cp-1")
+		return ok && u.Ready && u.Capabilities
+	})
 }
