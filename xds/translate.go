@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
@@ -192,34 +193,49 @@ func cmpString(a, b string) int {
 	return 0
 }
 
-// sdsReferences lists every secret name the listeners and clusters reference, by walking their TLS
-// contexts (the snapshot's Consistent() does not check SDS names).
+// sdsReferences lists every secret name the listeners and clusters reference (the snapshot's
+// Consistent() does not check SDS names).
 func sdsReferences(rs *Resources) []string {
 	var out []string
-	common := func(c *tlsv3.CommonTlsContext) {
-		for _, s := range c.GetTlsCertificateSdsSecretConfigs() {
-			out = append(out, s.Name)
-		}
-		if s := c.GetValidationContextSdsSecretConfig(); s != nil {
-			out = append(out, s.Name)
-		}
-		if s := c.GetCombinedValidationContext().GetValidationContextSdsSecretConfig(); s != nil {
-			out = append(out, s.Name)
-		}
-	}
 	for _, c := range rs.Clusters {
-		var u tlsv3.UpstreamTlsContext
-		if c.TransportSocket != nil && c.TransportSocket.GetTypedConfig().UnmarshalTo(&u) == nil {
-			common(u.CommonTlsContext)
-		}
+		out = append(out, SecretNames(c.TransportSocket)...)
 	}
 	for _, l := range rs.Listeners {
 		for _, fc := range l.FilterChains {
-			var d tlsv3.DownstreamTlsContext
-			if fc.TransportSocket != nil && fc.TransportSocket.GetTypedConfig().UnmarshalTo(&d) == nil {
-				common(d.CommonTlsContext)
-			}
+			out = append(out, SecretNames(fc.TransportSocket)...)
 		}
+	}
+	return out
+}
+
+// SecretNames lists the SDS secrets a TLS transport socket (upstream or downstream) names: its
+// certificates and its validation context, plain or combined.
+func SecretNames(ts *corev3.TransportSocket) []string {
+	if ts == nil {
+		return nil
+	}
+	m, err := ts.GetTypedConfig().UnmarshalNew()
+	if err != nil {
+		return nil
+	}
+	var c *tlsv3.CommonTlsContext
+	switch ctx := m.(type) {
+	case *tlsv3.UpstreamTlsContext:
+		c = ctx.CommonTlsContext
+	case *tlsv3.DownstreamTlsContext:
+		c = ctx.CommonTlsContext
+	default:
+		return nil
+	}
+	var out []string
+	for _, s := range c.GetTlsCertificateSdsSecretConfigs() {
+		out = append(out, s.Name)
+	}
+	if s := c.GetValidationContextSdsSecretConfig(); s != nil {
+		out = append(out, s.Name)
+	}
+	if s := c.GetCombinedValidationContext().GetValidationContextSdsSecretConfig(); s != nil {
+		out = append(out, s.Name)
 	}
 	return out
 }

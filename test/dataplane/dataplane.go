@@ -24,6 +24,8 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/skewgate/skewgate/xds"
 )
 
 // Config tells the data plane where its control plane is.
@@ -225,38 +227,6 @@ func (d *DataPlane) applySecrets(resp *discoveryv3.DiscoveryResponse) error {
 	return nil
 }
 
-// secretRefs lists the SDS secrets a transport socket's TLS context names.
-func secretRefs(ts *corev3.TransportSocket, downstream bool) []string {
-	if ts == nil {
-		return nil
-	}
-	var common *tlsv3.CommonTlsContext
-	if downstream {
-		var c tlsv3.DownstreamTlsContext
-		if ts.GetTypedConfig().UnmarshalTo(&c) != nil {
-			return nil
-		}
-		common = c.CommonTlsContext
-	} else {
-		var c tlsv3.UpstreamTlsContext
-		if ts.GetTypedConfig().UnmarshalTo(&c) != nil {
-			return nil
-		}
-		common = c.CommonTlsContext
-	}
-	var out []string
-	for _, s := range common.GetTlsCertificateSdsSecretConfigs() {
-		out = append(out, s.Name)
-	}
-	if s := common.GetValidationContextSdsSecretConfig(); s != nil {
-		out = append(out, s.Name)
-	}
-	if s := common.GetCombinedValidationContext().GetValidationContextSdsSecretConfig(); s != nil {
-		out = append(out, s.Name)
-	}
-	return out
-}
-
 func (d *DataPlane) applyClusters(ctx context.Context, resp *discoveryv3.DiscoveryResponse) ([]string, error) {
 	var refs []string
 	next := map[string]*cluster{}
@@ -279,7 +249,7 @@ func (d *DataPlane) applyClusters(ctx context.Context, resp *discoveryv3.Discove
 			return nil, err
 		}
 		next[c.Name] = cl
-		refs = append(refs, secretRefs(c.TransportSocket, false)...)
+		refs = append(refs, xds.SecretNames(c.TransportSocket)...)
 	}
 	for _, c := range next {
 		c.start(ctx)
@@ -345,7 +315,7 @@ func (d *DataPlane) applyListener(resp *discoveryv3.DiscoveryResponse) (routes, 
 			}
 		}
 	}
-	return []string{ch.hcm.GetRds().GetRouteConfigName()}, secretRefs(l.FilterChains[0].TransportSocket, true), nil
+	return []string{ch.hcm.GetRds().GetRouteConfigName()}, xds.SecretNames(l.FilterChains[0].TransportSocket), nil
 }
 
 func (d *DataPlane) applyRoutes(resp *discoveryv3.DiscoveryResponse) error {
