@@ -150,11 +150,11 @@ func (s *Server) Run(ctx context.Context) error {
 	for {
 		t, changed := s.cfg.Source.Watch()
 		next := s.publish(ctx, t)
+		if expiry != nil {
+			expiry.Stop()
+		}
 		var expired <-chan time.Time
 		if !next.IsZero() {
-			if expiry != nil {
-				expiry.Stop()
-			}
 			expiry = time.NewTimer(next.Sub(s.cfg.Now()))
 			expired = expiry.C
 		}
@@ -207,7 +207,7 @@ func (s *Server) publish(ctx context.Context, t *discovery.Topology) time.Time {
 		resourcev3.ListenerType: toResources(rs.Listeners),
 		resourcev3.SecretType:   toResources(rs.Secrets),
 	}
-	hash, err := contentHash(rs)
+	hash, err := contentHash(resources)
 	if err != nil {
 		s.m.publishes.WithLabelValues(publishFailed).Inc()
 		s.log.Error("hashing resources failed", zap.Error(err))
@@ -266,30 +266,22 @@ func toResources[M types.Resource](in []M) []types.Resource {
 	return out
 }
 
-// contentHash identifies the resources, so an unchanged translation publishes nothing.
-func contentHash(rs *Resources) (string, error) {
+// hashOrder fixes the order in which contentHash reads the resource types.
+var hashOrder = []resourcev3.Type{resourcev3.ListenerType, resourcev3.RouteType, resourcev3.ClusterType, resourcev3.SecretType}
+
+// contentHash identifies the resources of a snapshot, so an unchanged translation publishes nothing.
+func contentHash(resources map[resourcev3.Type][]types.Resource) (string, error) {
 	h := sha256.New()
 	opts := proto.MarshalOptions{Deterministic: true}
-	var msgs []proto.Message
-	for _, l := range rs.Listeners {
-		msgs = append(msgs, l)
-	}
-	for _, r := range rs.Routes {
-		msgs = append(msgs, r)
-	}
-	for _, c := range rs.Clusters {
-		msgs = append(msgs, c)
-	}
-	for _, sec := range rs.Secrets {
-		msgs = append(msgs, sec)
-	}
-	for _, m := range msgs {
-		b, err := opts.Marshal(m)
-		if err != nil {
-			return "", err
+	for _, typ := range hashOrder {
+		for _, r := range resources[typ] {
+			b, err := opts.Marshal(r)
+			if err != nil {
+				return "", err
+			}
+			h.Write(strconv.AppendInt(nil, int64(len(b)), 10))
+			h.Write(b)
 		}
-		h.Write(strconv.AppendInt(nil, int64(len(b)), 10))
-		h.Write(b)
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
