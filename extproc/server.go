@@ -127,7 +127,7 @@ func headerValue(h *corev3.HeaderValue) string {
 	return h.Value
 }
 
-// request is what the service reads from the request headers Envoy sends.
+// headersRead is what the service reads from the request headers Envoy sends.
 type headersRead struct {
 	method, path, accept, ifNoneMatch, clientCert string
 	hasPath, upgrade, anonymous                   bool

@@ -64,9 +64,12 @@ type recorder struct {
 	out []outcome
 }
 
-func (r *recorder) add(op string, err error) {
+func (r *recorder) add(op string, err error) { r.record(op, codeOf(err), err) }
+
+// record adds an outcome whose HTTP status is known (0: transport error).
+func (r *recorder) record(op string, code int, err error) {
 	r.mu.Lock()
-	r.out = append(r.out, outcome{at: time.Now(), op: op, code: codeOf(err), err: err})
+	r.out = append(r.out, outcome{at: time.Now(), op: op, code: code, err: err})
 	r.mu.Unlock()
 }
 
@@ -239,15 +242,15 @@ func TestScenarioKillNew(t *testing.T) {
 	// front answers.
 	c := httpsClient(t, e.tb, nil)
 	var rec recorder
-	list := func() error {
+	list := func() (int, error) {
 		code, body, err := do(t, c, http.MethodGet, e.f.URL+"/apis/"+mapGroup+"/v1/"+mapResource+"?limit=1", testbed.AdminToken)
 		if err == nil && code != http.StatusOK {
-			err = &apierrors.StatusError{ErrStatus: metav1.Status{Code: int32(code), Message: body}}
+			err = fmt.Errorf("%d: %.200s", code, body)
 		}
-		rec.add("list "+mapResource, err)
-		return err
+		rec.record("list "+mapResource, code, err)
+		return code, err
 	}
-	if err := list(); err != nil {
+	if _, err := list(); err != nil {
 		t.Fatal(err)
 	}
 	killed := time.Now()
@@ -260,8 +263,7 @@ func TestScenarioKillNew(t *testing.T) {
 		if time.Since(killed) > time.Minute {
 			t.Fatalf("no 20 answers of 503 within a minute of SIGKILL: %v", rec.out)
 		}
-		err := list()
-		if code := codeOf(err); code == http.StatusServiceUnavailable {
+		if code, err := list(); code == http.StatusServiceUnavailable {
 			if n == 0 {
 				first503 = time.Since(killed)
 			}
@@ -277,7 +279,7 @@ func TestScenarioKillNew(t *testing.T) {
 		t.Fatal(err)
 	}
 	back := time.Now() // its /readyz answered 200
-	for list() != nil {
+	for code, _ := list(); code != http.StatusOK; code, _ = list() {
 		if time.Since(back) > 30*time.Second {
 			t.Fatal("the skewed API never came back through the front")
 		}

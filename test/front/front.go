@@ -55,12 +55,12 @@ type Front struct {
 	DataPlane string
 	// ServingCert is the front's certificate; Envoy watches the files (SDS with file paths).
 	ServingCert testbed.CertPair
-	Server    *app.Server
-	tb        *testbed.Testbed
-	dir       string
-	cancel    context.CancelFunc
-	done      <-chan error
-	closers   []func()
+	Server      *app.Server
+	tb          *testbed.Testbed
+	dir         string
+	cancel      context.CancelFunc
+	done        <-chan error
+	closers     []func()
 }
 
 // Kubeconfig writes (once) and returns a kubeconfig for the front with the given credential.
