@@ -7,7 +7,6 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
 	apidiscoveryv2beta1 "k8s.io/api/apidiscovery/v2beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -44,10 +43,13 @@ const maxCachedResponses = 256
 
 type cacheKey struct{ path, accept string }
 
+// cachedResponse holds the finished answers for one path and Accept header: built once per
+// Topology, shared read-only by every request (gRPC only marshals them).
 type cachedResponse struct {
-	status  int
-	headers http.Header
-	body    []byte
+	full *extprocv3.ProcessingResponse
+	// etag and notModified are set for a 200 with an ETag: If-None-Match with it gets the 304.
+	etag        string
+	notModified *extprocv3.ProcessingResponse
 }
 
 // frontDiscovery serves one Topology's merged discovery, the way an apiserver serves its own.
@@ -172,17 +174,20 @@ func (f *frontDiscovery) serve(method, path, accept, ifNoneMatch string) *extpro
 		r.Header.Set("Accept", accept)
 		w := &responseBuffer{header: http.Header{}}
 		write(w, r)
-		c = &cachedResponse{status: w.code(), headers: w.header, body: w.body}
+		c = &cachedResponse{full: respond(w.code(), w.header, w.body)}
+		if etag := w.header.Get("ETag"); etag != "" && w.code() == http.StatusOK {
+			c.etag, c.notModified = etag, respond(http.StatusNotModified, w.header, nil)
+		}
 		f.mu.Lock()
 		if len(f.cache) < maxCachedResponses {
 			f.cache[key] = c
 		}
 		f.mu.Unlock()
 	}
-	if etag := c.headers.Get("ETag"); etag != "" && c.status == http.StatusOK && ifNoneMatch == etag {
-		return respond(http.StatusNotModified, c.headers, nil)
+	if c.notModified != nil && ifNoneMatch == c.etag {
+		return c.notModified
 	}
-	return respond(c.status, c.headers, c.body)
+	return c.full
 }
 
 func withKind(l *metav1.APIResourceList) *metav1.APIResourceList {
@@ -199,12 +204,7 @@ func respond(code int, h http.Header, body []byte) *extprocv3.ProcessingResponse
 			set = append(set, &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: strings.ToLower(k), RawValue: []byte(v)}})
 		}
 	}
-	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{ImmediateResponse: &extprocv3.ImmediateResponse{
-		Status:  &typev3.HttpStatus{Code: typev3.StatusCode(code)},
-		Headers: &extprocv3.HeaderMutation{SetHeaders: set},
-		Body:    body,
-		Details: "skewgate_discovery",
-	}}}
+	return immediateResponse(code, set, body, "skewgate_discovery")
 }
 
 // responseBuffer is the http.ResponseWriter the apiserver's serializers write into.

@@ -260,10 +260,15 @@ func immediate(code int, reason, message string) *extprocv3.ProcessingResponse {
 	if code == http.StatusServiceUnavailable {
 		headers = append(headers, &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: "retry-after", RawValue: []byte("1")}})
 	}
+	return immediateResponse(code, headers, body, "skewgate_"+strings.ToLower(reason))
+}
+
+// immediateResponse answers the request from the service instead of an apiserver.
+func immediateResponse(code int, headers []*corev3.HeaderValueOption, body []byte, details string) *extprocv3.ProcessingResponse {
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{ImmediateResponse: &extprocv3.ImmediateResponse{
 		Status:  &typev3.HttpStatus{Code: typev3.StatusCode(code)},
 		Headers: &extprocv3.HeaderMutation{SetHeaders: headers},
 		Body:    body,
-		Details: "skewgate_" + strings.ToLower(reason),
+		Details: details,
 	}}}
 }
