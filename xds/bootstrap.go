@@ -3,6 +3,7 @@ package xds
 import (
 	"errors"
 	"fmt"
+	"net"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -45,7 +46,7 @@ func Bootstrap(o BootstrapOptions) (*bootstrapv3.Bootstrap, error) {
 		errs = append(errs, errors.New("node id and node cluster are required"))
 	}
 	adminHost, adminPort, err := splitHostPort(o.AdminAddress)
-	if err != nil || !isLoopback(adminHost) || !isIP(adminHost) {
+	if ip := net.ParseIP(adminHost); err != nil || ip == nil || !ip.IsLoopback() {
 		errs = append(errs, fmt.Errorf("admin address %q must be a loopback ip:port: the admin API can change Envoy's state", o.AdminAddress))
 	}
 	errs = append(errs, grpcutil.CheckEndpoint("xDS address", o.XDSAddress, "--xds-ca-file, --xds-cert-file and --xds-key-file", o.XDSCAFile, o.XDSCertFile, o.XDSKeyFile)...)

@@ -104,11 +104,3 @@ func splitHostPort(addr string) (string, uint32, error) {
 	}
 	return host, uint32(p), nil
 }
-
-func isLoopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
