@@ -58,6 +58,22 @@ const HTTP1Suffix = ":http1"
 // HTTP1Cluster names the HTTP/1.1 twin of a cluster.
 func HTTP1Cluster(cluster string) string { return cluster + HTTP1Suffix }
 
+// AnonSuffix marks the anonymous twin of an HTTP/2 apiserver cluster: it presents no client
+// certificate to the apiservers, so a request without credentials meets each apiserver's own
+// anonymous policy (--anonymous-auth, AuthenticationConfiguration) exactly as it would directly.
+// Over the front-proxy certificate the apiserver would either reject it (no user header: 401) or
+// believe whatever identity the front asserted. Upgrades have no anonymous twin: an upgrade without
+// credentials rides the HTTP/1.1 twin with no identity header and is refused by the apiserver.
+const AnonSuffix = ":anon"
+
+// AnonCluster names the anonymous twin of an HTTP/2 cluster.
+func AnonCluster(cluster string) string { return cluster + AnonSuffix }
+
+// RoutedClusterPattern is the RE2 pattern a RouteHeader value must match for the cluster_header
+// routes to take it: the apiserver clusters and their twins, never the gRPC clusters (ExtProcCluster,
+// XDSCluster), so no header value can send a request to skewgate itself.
+const RoutedClusterPattern = `skewgate-(all|upstream-[^:]+|set-[0-9a-f]{12})(:http1|:anon)?`
+
 // CredentialsMetadata is gRPC metadata Envoy adds to the ext_proc stream (a per-route override) of a
 // request that carries no credentials at all: no Authorization header and no verified client
 // certificate. The processor never sees Authorization itself (forward_rules), so this is how it knows
