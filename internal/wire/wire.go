@@ -33,7 +33,8 @@ const (
 	setPrefix      = "skewgate-set-"
 
 	// UpstreamSNI is the server name skewgate and Envoy verify every apiserver certificate against:
-	// every apiserver serving certificate carries it (REFERENCE.md §6).
+	// every apiserver serving certificate carries it (kubeadm: GetAPIServerAltNames in
+	// cmd/kubeadm/app/util/pkiutil; the apiserver's own self-signed certificate lists the service names).
 	UpstreamSNI = "kubernetes.default.svc"
 )
 
