@@ -12,6 +12,7 @@ import (
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryservice "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	sotw "github.com/envoyproxy/go-control-plane/pkg/client/sotw/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/prometheus/client_golang/prometheus"
@@ -104,7 +105,15 @@ func clusterNames(t *testing.T, rs []*anypb.Any) []string {
 	return out
 }
 
-var testNode = &corev3.Node{Id: "envoy-1", Cluster: "front"}
+// testNode is an Envoy at the newest supported release, as Envoy fills in its node.
+var testNode = envoyNode("envoy-1", 1, 40, 0)
+
+func envoyNode(id string, major, minor, patch uint32) *corev3.Node {
+	return &corev3.Node{Id: id, Cluster: "front", UserAgentName: "envoy",
+		UserAgentVersionType: &corev3.Node_UserAgentBuildVersion{UserAgentBuildVersion: &corev3.BuildVersion{
+			Version: &typev3.SemanticVersion{MajorNumber: major, MinorNumber: minor, Patch: patch},
+		}}}
+}
 
 // fetchClusters waits for the next CDS response on c and returns its cluster names.
 func fetchClusters(t *testing.T, c sotw.ADSClient) []string {
@@ -233,7 +242,7 @@ func TestADSDelta(t *testing.T) {
 }
 
 // TestVersionsNeverRepeat: a restarted server (same Topology, fresh counter) must not reuse a version
-// string, or Envoy would ignore its first push (REFERENCE.md §7).
+// string: the snapshot cache does not answer a request whose version_info equals the snapshot's.
 func TestVersionsNeverRepeat(t *testing.T) {
 	top := loadScenario(t, "testdata/skewed.in.yaml")
 	seen := map[string]bool{}
@@ -325,10 +334,12 @@ func TestOptionsValidate(t *testing.T) {
 		"half of mTLS":          func(o *Options) { o.ExtProcCAFile = "/ca.crt" },
 		"listen on a hostname":  func(o *Options) { o.ListenAddress = "front.example" },
 		"absurd ext_proc limit": func(o *Options) { o.ExtProcTimeout = time.Minute },
+		"key apart from cert":   func(o *Options) { o.FrontProxyKeyFile = "/etc/keys/front-proxy-client.key" },
+		"relative CA path":      func(o *Options) { o.UpstreamCAFile = "pki/ca.crt" },
 	} {
 		o := testOptions()
 		mut(&o)
-		if _, err := Translate(nil, o); err == nil {
+		if _, err := Translate(emptyTopology(), o); err == nil {
 			t.Errorf("%s: Translate accepted it", name)
 		} else if strings.TrimSpace(err.Error()) == "" {
 			t.Errorf("%s: empty error", name)
@@ -337,7 +348,7 @@ func TestOptionsValidate(t *testing.T) {
 	o := testOptions()
 	o.ExtProcAddress = "10.1.2.3:18001"
 	o.ExtProcCAFile, o.ExtProcCertFile, o.ExtProcKeyFile = "/ca.crt", "/tls.crt", "/tls.key"
-	if _, err := Translate(nil, o); err != nil {
+	if _, err := Translate(emptyTopology(), o); err != nil {
 		t.Errorf("mTLS to a remote ext_proc refused: %v", err)
 	}
 }
