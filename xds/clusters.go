@@ -73,7 +73,7 @@ func (tb *translator) apiserverCluster(name string, addrs []string, kind cluster
 			ProtocolConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_HttpProtocolOptions{HttpProtocolOptions: &corev3.Http1ProtocolOptions{}},
 		}}
 	}
-	protoAny, err := pack(proto)
+	protoAny, err := tb.packOnce(proto)
 	if err != nil {
 		return nil, err
 	}
@@ -82,7 +82,7 @@ func (tb *translator) apiserverCluster(name string, addrs []string, kind cluster
 	}
 	// Every twin verifies the apiserver; only the anonymous one presents no certificate, so the
 	// apiserver applies its own anonymous policy (--anonymous-auth, AuthenticationConfiguration).
-	ts, err := apiserverTLS(alpn, kind != kindAnon)
+	ts, err := tb.apiserverSocket(alpn, kind != kindAnon)
 	if err != nil {
 		return nil, err
 	}
@@ -147,7 +147,7 @@ func (tb *translator) apiserverCluster(name string, addrs []string, kind cluster
 		// The /readyz check must still authenticate (an apiserver with --anonymous-auth=false answers
 		// it 401): it presents the front-proxy certificate with the health-check user, like the other
 		// twins' checks.
-		withCert, err := apiserverTLS(alpn, true)
+		withCert, err := tb.apiserverSocket(alpn, true)
 		if err != nil {
 			return nil, err
 		}

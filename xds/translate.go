@@ -182,6 +182,52 @@ func (rs *Resources) check() error {
 
 type translator struct {
 	o Options
+	// Typed configs every apiserver cluster of a kind shares, packed (and validated) once per
+	// translation: generated resources are never modified after Translate returns.
+	sockets map[socketKey]*corev3.TransportSocket
+	packed  map[string]*anypb.Any
+}
+
+type socketKey struct {
+	alpn       string
+	clientCert bool
+}
+
+// apiserverSocket is apiserverTLS, built once per translation.
+func (tb *translator) apiserverSocket(alpn string, clientCert bool) (*corev3.TransportSocket, error) {
+	k := socketKey{alpn, clientCert}
+	if ts := tb.sockets[k]; ts != nil {
+		return ts, nil
+	}
+	ts, err := apiserverTLS(alpn, clientCert)
+	if err != nil {
+		return nil, err
+	}
+	if tb.sockets == nil {
+		tb.sockets = map[socketKey]*corev3.TransportSocket{}
+	}
+	tb.sockets[k] = ts
+	return ts, nil
+}
+
+// packOnce is pack for a message built the same way for many clusters: equal messages share one Any.
+func (tb *translator) packOnce(m validator) (*anypb.Any, error) {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	if a := tb.packed[string(b)]; a != nil {
+		return a, nil
+	}
+	a, err := pack(m)
+	if err != nil {
+		return nil, err
+	}
+	if tb.packed == nil {
+		tb.packed = map[string]*anypb.Any{}
+	}
+	tb.packed[string(b)] = a
+	return a, nil
 }
 
 func cmpString(a, b string) int {
