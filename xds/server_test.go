@@ -167,8 +167,13 @@ func TestADSStateOfTheWorld(t *testing.T) {
 	if !slices.Contains(got, wire.UpstreamCluster("cp-1")) {
 		t.Errorf("cp-1 removed before its grace period: %v", got)
 	}
-	if ts.ClusterReady(newCluster) {
-		t.Fatalf("%s ready before the Envoy acknowledged it", newCluster)
+	for _, c := range []string{newCluster, wire.AnonCluster(newCluster), wire.HTTP1Cluster(newCluster)} {
+		if !slices.Contains(got, c) {
+			t.Fatalf("clusters after change %v lack %s", got, c)
+		}
+		if ts.ClusterReady(c) {
+			t.Fatalf("%s ready before the Envoy acknowledged it", c)
+		}
 	}
 	if !ts.ClusterReady(wire.AllCluster) {
 		t.Fatalf("all-upstreams cluster not ready")
@@ -176,7 +181,9 @@ func TestADSStateOfTheWorld(t *testing.T) {
 	if err := c.Ack(); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, newCluster+" ready after ACK", func() bool { return ts.ClusterReady(newCluster) })
+	waitUntil(t, newCluster+" and its twins ready after ACK", func() bool {
+		return ts.ClusterReady(newCluster) && ts.ClusterReady(wire.AnonCluster(newCluster)) && ts.ClusterReady(wire.HTTP1Cluster(newCluster))
+	})
 
 	// A NACK: counted, and the server goes on serving.
 	src.Set(loadScenario(t, "testdata/three-two-sets.in.yaml"))
@@ -283,6 +290,9 @@ func TestGraceExpiry(t *testing.T) {
 		got := fetchClusters(t, c)
 		c.Ack()
 		if !slices.Contains(got, gone) {
+			if slices.Contains(got, wire.AnonCluster(gone)) || slices.Contains(got, wire.HTTP1Cluster(gone)) {
+				t.Fatalf("%s left but a twin stayed: %v", gone, got)
+			}
 			break
 		}
 		if i > 3 {
