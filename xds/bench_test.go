@@ -30,6 +30,22 @@ func BenchmarkTranslate100x10(b *testing.B) {
 	b.ReportMetric(float64(len(rs.Clusters)), "clusters")
 }
 
+// BenchmarkTranslate1000: 1000 upstreams in 10 versions (9 capability sets), every cluster with its
+// twins.
+func BenchmarkTranslate1000(b *testing.B) {
+	top := syntheticTopology(1000, 10)
+	o := testOptions()
+	b.ReportAllocs()
+	var rs *Resources
+	for b.Loop() {
+		var err error
+		if rs, err = Translate(top, o); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(len(rs.Clusters)), "clusters")
+}
+
 // BenchmarkPush measures a Topology change until a real ADS client holds the new clusters (target:
 // under 100 ms).
 func BenchmarkPush(b *testing.B) {

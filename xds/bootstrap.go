@@ -4,11 +4,16 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"path"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"sigs.k8s.io/yaml"
 
@@ -25,6 +30,10 @@ type BootstrapOptions struct {
 	// XDSCAFile, XDSCertFile and XDSKeyFile turn on mTLS to the xDS server (required unless the
 	// address is loopback or a unix socket). XDSSNI defaults to the host of XDSAddress.
 	XDSCAFile, XDSCertFile, XDSKeyFile, XDSSNI string
+	// SDSDir is the directory, as Envoy sees it, of the SDS files (BootstrapSDSFiles) through which
+	// Envoy loads the xDS client certificate and CA, so it reloads them when they are rotated
+	// [/etc/skewgate/envoy/sds]. Used with mTLS only.
+	SDSDir string
 	// Delta selects incremental xDS (the default in the rendered example); false is state of the world.
 	Delta bool
 	// AdminAddress is Envoy's admin listener, host:port; it must be loopback [127.0.0.1:9901].
@@ -33,28 +42,115 @@ type BootstrapOptions struct {
 	MaxConnections int
 }
 
-// Bootstrap returns the Envoy bootstrap for o, validated.
-func Bootstrap(o BootstrapOptions) (*bootstrapv3.Bootstrap, error) {
+// DefaultSDSDir is BootstrapOptions.SDSDir's default.
+const DefaultSDSDir = "/etc/skewgate/envoy/sds"
+
+// The bootstrap's SDS secrets and the files in SDSDir that hold them, one secret per file: a file
+// SDS subscription passes every resource of its file to the one secret it serves, which accepts
+// exactly one (source/common/secret/sds_api.cc, validateUpdateSize).
+const (
+	SecretXDSCert  = "skewgate-xds-client-cert"
+	SecretXDSCA    = "skewgate-xds-ca"
+	XDSCertSDSFile = "xds-client-cert.yaml"
+	XDSCASDSFile   = "xds-ca.yaml"
+)
+
+func (o BootstrapOptions) withDefaults() BootstrapOptions {
 	if o.AdminAddress == "" {
 		o.AdminAddress = "127.0.0.1:9901"
 	}
 	if o.MaxConnections == 0 {
 		o.MaxConnections = 50000
 	}
+	if o.SDSDir == "" {
+		o.SDSDir = DefaultSDSDir
+	}
+	return o
+}
+
+// fileSDS references a secret in a file of o.SDSDir. Envoy reads such a file with a filesystem
+// subscription; with watched_directory it rereads it on a move into that directory
+// (source/common/config/filesystem_subscription_impl.cc, FilesystemSubscriptionImpl).
+func (o BootstrapOptions) fileSDS(name, file string) *tlsv3.SdsSecretConfig {
+	return &tlsv3.SdsSecretConfig{Name: name, SdsConfig: &corev3.ConfigSource{
+		ResourceApiVersion: corev3.ApiVersion_V3,
+		ConfigSourceSpecifier: &corev3.ConfigSource_PathConfigSource{PathConfigSource: &corev3.PathConfigSource{
+			Path:             path.Join(o.SDSDir, file),
+			WatchedDirectory: &corev3.WatchedDirectory{Path: o.SDSDir},
+		}},
+	}}
+}
+
+// BootstrapSDSFiles returns the SDS files the bootstrap of o references, by file name in o.SDSDir:
+// none without mTLS.
+func BootstrapSDSFiles(o BootstrapOptions) (map[string][]byte, error) {
+	o = o.withDefaults()
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	if o.XDSCAFile == "" {
+		return nil, nil
+	}
+	out := map[string][]byte{}
+	for file, sec := range map[string]*tlsv3.Secret{
+		XDSCertSDSFile: certSecret(SecretXDSCert, o.XDSCertFile, o.XDSKeyFile),
+		XDSCASDSFile:   caSecret(SecretXDSCA, o.XDSCAFile),
+	} {
+		if err := sec.ValidateAll(); err != nil {
+			return nil, err
+		}
+		a, err := anypb.New(sec)
+		if err != nil {
+			return nil, err
+		}
+		y, err := messageYAML(&discoveryv3.DiscoveryResponse{Resources: []*anypb.Any{a}})
+		if err != nil {
+			return nil, err
+		}
+		out[file] = y
+	}
+	return out, nil
+}
+
+func (o BootstrapOptions) validate() error {
 	var errs []error
 	if o.NodeID == "" || o.NodeCluster == "" {
 		errs = append(errs, errors.New("node id and node cluster are required"))
 	}
-	adminHost, adminPort, err := splitHostPort(o.AdminAddress)
+	adminHost, _, err := splitHostPort(o.AdminAddress)
 	if ip := net.ParseIP(adminHost); err != nil || ip == nil || !ip.IsLoopback() {
 		errs = append(errs, fmt.Errorf("admin address %q must be a loopback ip:port: the admin API can change Envoy's state", o.AdminAddress))
 	}
 	errs = append(errs, grpcutil.CheckEndpoint("xDS address", o.XDSAddress, "--xds-ca-file, --xds-cert-file and --xds-key-file", o.XDSCAFile, o.XDSCertFile, o.XDSKeyFile)...)
-	if err := errors.Join(errs...); err != nil {
+	if o.XDSCAFile != "" {
+		for _, f := range []string{o.XDSCAFile, o.XDSCertFile, o.XDSKeyFile, o.SDSDir} {
+			if !path.IsAbs(f) {
+				errs = append(errs, fmt.Errorf("%q must be an absolute path: Envoy resolves it", f))
+			}
+		}
+		if path.Dir(o.XDSCertFile) != path.Dir(o.XDSKeyFile) {
+			errs = append(errs, fmt.Errorf("--xds-cert-file %q and --xds-key-file %q must be in the same directory: Envoy reloads them on a move into one watched directory", o.XDSCertFile, o.XDSKeyFile))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Bootstrap returns the Envoy bootstrap for o, validated. With mTLS its xDS cluster loads the client
+// certificate and CA through the SDS files BootstrapSDSFiles renders, so they reload on rotation.
+func Bootstrap(o BootstrapOptions) (*bootstrapv3.Bootstrap, error) {
+	o = o.withDefaults()
+	if err := o.validate(); err != nil {
 		return nil, err
 	}
-
-	xdsCluster, err := grpcCluster(wire.XDSCluster, o.XDSAddress, o.XDSCAFile, o.XDSCertFile, o.XDSKeyFile, o.XDSSNI)
+	adminHost, adminPort, err := splitHostPort(o.AdminAddress)
+	if err != nil {
+		return nil, err
+	}
+	var creds *grpcCreds
+	if o.XDSCAFile != "" {
+		creds = &grpcCreds{cert: o.fileSDS(SecretXDSCert, XDSCertSDSFile), ca: o.fileSDS(SecretXDSCA, XDSCASDSFile)}
+	}
+	xdsCluster, err := grpcCluster(wire.XDSCluster, o.XDSAddress, o.XDSSNI, creds)
 	if err != nil {
 		return nil, err
 	}
@@ -96,8 +192,10 @@ func Bootstrap(o BootstrapOptions) (*bootstrapv3.Bootstrap, error) {
 }
 
 // BootstrapYAML renders b as YAML (protojson re-encoded, so the output is stable).
-func BootstrapYAML(b *bootstrapv3.Bootstrap) ([]byte, error) {
-	j, err := protojson.Marshal(b)
+func BootstrapYAML(b *bootstrapv3.Bootstrap) ([]byte, error) { return messageYAML(b) }
+
+func messageYAML(m proto.Message) ([]byte, error) {
+	j, err := protojson.Marshal(m)
 	if err != nil {
 		return nil, err
 	}

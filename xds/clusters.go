@@ -15,6 +15,7 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/skewgate/skewgate/internal/wire"
@@ -22,11 +23,39 @@ import (
 
 const httpProtocolOptionsKey = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 
-// apiserverCluster is a cluster of apiservers at addrs (host:port). h1 makes the HTTP/1.1 twin that
-// carries upgrades; otherwise requests ride HTTP/2, which multiplexes thousands of watches over a few
-// connections.
-func (tb *translator) apiserverCluster(name string, addrs []string, h1 bool) (*clusterv3.Cluster, error) {
+// clusterKind selects which of a cluster's twins apiserverCluster builds.
+type clusterKind int
+
+const (
+	// kindH2 carries requests over HTTP/2 with the front-proxy certificate: thousands of watches
+	// multiplex over a few connections.
+	kindH2 clusterKind = iota
+	// kindHTTP1 is the HTTP/1.1 twin (wire.HTTP1Cluster) that carries upgrades.
+	kindHTTP1
+	// kindAnon is the anonymous twin (wire.AnonCluster): HTTP/2 without a client certificate.
+	kindAnon
+)
+
+var clusterKinds = []clusterKind{kindH2, kindHTTP1, kindAnon}
+
+// healthCheckMatch selects the transport socket of the anonymous twins' health checks: Envoy's HTTP
+// health checker opens its connections with HostImpl::createHealthCheckConnection, which resolves the
+// transport socket from HealthCheck.transport_socket_match_criteria against
+// Cluster.transport_socket_matches (source/common/upstream/upstream_impl.cc, and
+// source/extensions/health_checkers/http/health_checker_impl.cc passing
+// transportSocketMatchMetadata()). Traffic connections carry the endpoint metadata, which has no
+// such key, so they get the cluster's own transport socket (TransportSocketMatcherImpl::resolve in
+// source/common/upstream/transport_socket_match_impl.cc: a non-empty match never matches absent
+// metadata).
+const (
+	healthCheckMatchKey   = "skewgate"
+	healthCheckMatchValue = "health-check"
+)
+
+// apiserverCluster is a cluster of apiservers at addrs (host:port) of the given kind.
+func (tb *translator) apiserverCluster(name string, addrs []string, kind clusterKind) (*clusterv3.Cluster, error) {
 	alpn, codec := "h2", typev3.CodecClientType_HTTP2
+	h1 := kind == kindHTTP1
 	proto := &httpv3.HttpProtocolOptions{
 		CommonHttpProtocolOptions: &corev3.HttpProtocolOptions{IdleTimeout: durationpb.New(time.Hour)},
 		UpstreamProtocolOptions: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig{
@@ -44,11 +73,16 @@ func (tb *translator) apiserverCluster(name string, addrs []string, h1 bool) (*c
 			ProtocolConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_HttpProtocolOptions{HttpProtocolOptions: &corev3.Http1ProtocolOptions{}},
 		}}
 	}
-	protoAny, err := pack(proto)
+	protoAny, err := tb.packOnce(proto)
 	if err != nil {
 		return nil, err
 	}
-	ts, err := apiserverTLS(alpn)
+	if kind == kindAnon {
+		name = wire.AnonCluster(name)
+	}
+	// Every twin verifies the apiserver; only the anonymous one presents no certificate, so the
+	// apiserver applies its own anonymous policy (--anonymous-auth, AuthenticationConfiguration).
+	ts, err := tb.apiserverSocket(alpn, kind != kindAnon)
 	if err != nil {
 		return nil, err
 	}
@@ -57,7 +91,7 @@ func (tb *translator) apiserverCluster(name string, addrs []string, h1 bool) (*c
 		return nil, err
 	}
 	iv := tb.o.HealthCheckInterval
-	return &clusterv3.Cluster{
+	c := &clusterv3.Cluster{
 		Name:                 name,
 		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: discoveryType},
 		ConnectTimeout:       durationpb.New(2 * time.Second),
@@ -108,12 +142,36 @@ func (tb *translator) apiserverCluster(name string, addrs []string, h1 bool) (*c
 		UpstreamConnectionOptions: &clusterv3.UpstreamConnectionOptions{TcpKeepalive: &corev3.TcpKeepalive{
 			KeepaliveTime: wrapperspb.UInt32(30), KeepaliveInterval: wrapperspb.UInt32(10), KeepaliveProbes: wrapperspb.UInt32(3),
 		}},
-	}, nil
+	}
+	if kind == kindAnon {
+		// The /readyz check must still authenticate (an apiserver with --anonymous-auth=false answers
+		// it 401): it presents the front-proxy certificate with the health-check user, like the other
+		// twins' checks.
+		withCert, err := tb.apiserverSocket(alpn, true)
+		if err != nil {
+			return nil, err
+		}
+		c.TransportSocketMatches = []*clusterv3.Cluster_TransportSocketMatch{{
+			Name:            "health-check",
+			Match:           healthCheckCriteria(),
+			TransportSocket: withCert,
+		}}
+		c.HealthChecks[0].TransportSocketMatchCriteria = healthCheckCriteria()
+	}
+	return c, nil
 }
 
-// extProcCluster is the gRPC cluster of the ext_proc service.
+func healthCheckCriteria() *structpb.Struct {
+	return &structpb.Struct{Fields: map[string]*structpb.Value{healthCheckMatchKey: structpb.NewStringValue(healthCheckMatchValue)}}
+}
+
+// extProcCluster is the gRPC cluster of the ext_proc service; its mTLS pair and CA arrive over SDS.
 func (tb *translator) extProcCluster() (*clusterv3.Cluster, error) {
-	c, err := grpcCluster(wire.ExtProcCluster, tb.o.ExtProcAddress, tb.o.ExtProcCAFile, tb.o.ExtProcCertFile, tb.o.ExtProcKeyFile, tb.o.ExtProcSNI)
+	var creds *grpcCreds
+	if tb.o.ExtProcCAFile != "" {
+		creds = &grpcCreds{cert: sdsRef(SecretExtProcCert), ca: sdsRef(SecretExtProcCA)}
+	}
+	c, err := grpcCluster(wire.ExtProcCluster, tb.o.ExtProcAddress, tb.o.ExtProcSNI, creds)
 	if err != nil {
 		return nil, err
 	}
@@ -127,9 +185,15 @@ func (tb *translator) extProcCluster() (*clusterv3.Cluster, error) {
 	return c, nil
 }
 
+// grpcCreds names the SDS secrets of a gRPC cluster's mTLS: the client certificate it presents and
+// the CA that verifies the server.
+type grpcCreds struct {
+	cert, ca *tlsv3.SdsSecretConfig
+}
+
 // grpcCluster is an HTTP/2 cluster of one gRPC endpoint, host:port or unix:///path, with mTLS when
-// ca is set (the peer verified for sni, default the host).
-func grpcCluster(name, addr, ca, cert, key, sni string) (*clusterv3.Cluster, error) {
+// creds is set (the peer verified for sni, default the host).
+func grpcCluster(name, addr, sni string, creds *grpcCreds) (*clusterv3.Cluster, error) {
 	protoAny, err := pack(&httpv3.HttpProtocolOptions{
 		UpstreamProtocolOptions: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig{
 			ProtocolConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{Http2ProtocolOptions: &corev3.Http2ProtocolOptions{
@@ -157,32 +221,32 @@ func grpcCluster(name, addr, ca, cert, key, sni string) (*clusterv3.Cluster, err
 		}
 		c.ClusterDiscoveryType, c.LoadAssignment = &clusterv3.Cluster_Type{Type: typ}, la
 	}
-	if ca != "" {
+	if creds != nil {
 		if sni == "" {
 			sni, _, _ = net.SplitHostPort(addr)
 		}
-		if c.TransportSocket, err = mtlsSocket(sni, ca, cert, key, tlsv3.TlsParameters_TLSv1_3, "h2"); err != nil {
+		if c.TransportSocket, err = mtlsSocket(sni, creds, tlsv3.TlsParameters_TLSv1_3, "h2"); err != nil {
 			return nil, err
 		}
 	}
 	return c, nil
 }
 
-// mtlsSocket is a TLS transport socket that verifies the peer's chain against ca and its name (Envoy
-// checks the chain but not the name unless told to: match_typed_subject_alt_names) and presents
-// cert and key.
-func mtlsSocket(sni, ca, cert, key string, minVersion tlsv3.TlsParameters_TlsProtocol, alpn string) (*corev3.TransportSocket, error) {
+// mtlsSocket is a TLS transport socket that presents creds.cert and verifies the peer's chain
+// against creds.ca and its name (Envoy checks the chain but not the name unless told to:
+// match_typed_subject_alt_names).
+func mtlsSocket(sni string, creds *grpcCreds, minVersion tlsv3.TlsParameters_TlsProtocol, alpn string) (*corev3.TransportSocket, error) {
 	tlsAny, err := pack(&tlsv3.UpstreamTlsContext{
 		Sni: sni,
 		CommonTlsContext: &tlsv3.CommonTlsContext{
-			TlsParams:       &tlsv3.TlsParameters{TlsMinimumProtocolVersion: minVersion},
-			TlsCertificates: []*tlsv3.TlsCertificate{{CertificateChain: file(cert), PrivateKey: file(key)}},
-			ValidationContextType: &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
-				TrustedCa: file(ca),
-				MatchTypedSubjectAltNames: []*tlsv3.SubjectAltNameMatcher{{
+			TlsParams:                      &tlsv3.TlsParameters{TlsMinimumProtocolVersion: minVersion},
+			TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{creds.cert},
+			ValidationContextType: &tlsv3.CommonTlsContext_CombinedValidationContext{CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
+				DefaultValidationContext: &tlsv3.CertificateValidationContext{MatchTypedSubjectAltNames: []*tlsv3.SubjectAltNameMatcher{{
 					SanType: sanType(sni),
 					Matcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: sni}},
-				}},
+				}}},
+				ValidationContextSdsSecretConfig: creds.ca,
 			}},
 			AlpnProtocols: []string{alpn},
 		},

@@ -30,10 +30,34 @@ const (
 )
 
 // strippedHeaders are removed from every request before ext_proc runs, by a filter that does not
-// depend on ext_proc: a client must never choose the cluster nor claim an identity, also while the
-// processor is down (failure_mode_allow). X-Forwarded-Client-Cert is sanitized by the connection
-// manager itself (SANITIZE_SET) and removed after ext_proc read it.
+// depend on ext_proc: a client must never claim an identity, also while the processor is down
+// (failure_mode_allow). The routing header is removed earlier still, by the connection manager before
+// it selects a route (RouteConfiguration.internal_only_headers, routes.go); it is listed here too so
+// no filter ever sees a client's copy. X-Forwarded-Client-Cert is sanitized by the connection manager
+// itself (SANITIZE_SET) and removed by the router when it forwards (request_headers_to_remove).
 var strippedHeaders = []string{wire.RouteHeader, wire.RemoteUserHeader, wire.RemoteGroupHeader, wire.RemoteUIDHeader}
+
+// noInternalPeers makes no downstream peer "internal", so internal_only_headers are removed from every
+// request. The connection manager calls a request internal when
+// internal_address_config.isInternalAddress(peer) holds (source/common/http/conn_manager_utility.cc,
+// mutateRequestHeaders, with use_remote_address the peer is the final remote address). With
+// internal_address_config set, that is: unix_sockets for a pipe peer; membership in cidr_ranges when
+// the list is non-empty; otherwise RFC1918/RFC4193 (InternalAddressConfig::isInternalAddress,
+// source/extensions/filters/network/http_connection_manager/config.h). Without the field, older
+// releases also fell back to RFC1918 unless the runtime guard
+// envoy.reloadable_features.explicit_internal_address_config was on (config.cc,
+// createInternalAddressConfig; the guard was removed in 1.36.0, changelogs/1.36.0.yaml). So the
+// field is always set, with unix_sockets false and ranges that no TCP peer can have: the unspecified
+// addresses 0.0.0.0/32 and ::/128.
+func noInternalPeers() *hcmv3.HttpConnectionManager_InternalAddressConfig {
+	return &hcmv3.HttpConnectionManager_InternalAddressConfig{
+		UnixSockets: false,
+		CidrRanges: []*corev3.CidrRange{
+			{AddressPrefix: "0.0.0.0", PrefixLen: wrapperspb.UInt32(32)},
+			{AddressPrefix: "::", PrefixLen: wrapperspb.UInt32(128)},
+		},
+	}
+}
 
 func (tb *translator) listener() (*listenerv3.Listener, error) {
 	strip := &headermutationv3.HeaderMutation{Mutations: &headermutationv3.Mutations{}}
@@ -41,19 +65,14 @@ func (tb *translator) listener() (*listenerv3.Listener, error) {
 		strip.Mutations.RequestMutations = append(strip.Mutations.RequestMutations,
 			&mutationrulesv3.HeaderMutation{Action: &mutationrulesv3.HeaderMutation_Remove{Remove: h}})
 	}
-	// X-Remote-Extra-<key> has an open set of names: remove by prefix (Envoy >= 1.35).
+	// X-Remote-Extra-<key> has an open set of names: remove by prefix. HeaderMutation.remove_on_match
+	// first shipped in Envoy 1.36.0 (changelogs/1.36.0.yaml); every supported release has it.
 	strip.Mutations.RequestMutations = append(strip.Mutations.RequestMutations, &mutationrulesv3.HeaderMutation{
 		Action: &mutationrulesv3.HeaderMutation_RemoveOnMatch_{RemoveOnMatch: &mutationrulesv3.HeaderMutation_RemoveOnMatch{
 			KeyMatcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Prefix{Prefix: wire.RemoteExtraPrefix}, IgnoreCase: true},
 		}},
 	})
 	stripAny, err := pack(strip)
-	if err != nil {
-		return nil, err
-	}
-	dropXFCC, err := pack(&headermutationv3.HeaderMutation{Mutations: &headermutationv3.Mutations{
-		RequestMutations: []*mutationrulesv3.HeaderMutation{{Action: &mutationrulesv3.HeaderMutation_Remove{Remove: wire.ForwardedCertHeader}}},
-	}})
 	if err != nil {
 		return nil, err
 	}
@@ -76,10 +95,11 @@ func (tb *translator) listener() (*listenerv3.Listener, error) {
 		HttpFilters: []*hcmv3.HttpFilter{
 			{Name: filterHeaderMutation + ".strip", ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: stripAny}},
 			{Name: filterExtProc, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: extProc}},
-			{Name: filterHeaderMutation + ".drop-xfcc", ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: dropXFCC}},
 			{Name: filterRouter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: router}},
 		},
-		// exec, attach and port-forward (REFERENCE.md §6).
+		// exec, attach and port-forward: kubectl upgrades to SPDY/3.1, newer clients to WebSocket.
+		// Upgrade types match case-insensitively (http_connection_manager/config.cc looks them up with a
+		// case-insensitive comparison).
 		UpgradeConfigs: []*hcmv3.HttpConnectionManager_UpgradeConfig{{UpgradeType: "websocket"}, {UpgradeType: "spdy/3.1"}},
 		// The path ext_proc classifies is the path Envoy routes and forwards.
 		NormalizePath: wrapperspb.Bool(true),
@@ -91,8 +111,9 @@ func (tb *translator) listener() (*listenerv3.Listener, error) {
 			IdleTimeout:                  durationpb.New(time.Hour),
 			HeadersWithUnderscoresAction: corev3.HttpProtocolOptions_REJECT_REQUEST,
 		},
-		Http2ProtocolOptions: &corev3.Http2ProtocolOptions{MaxConcurrentStreams: wrapperspb.UInt32(1000)},
-		UseRemoteAddress:     wrapperspb.Bool(true),
+		Http2ProtocolOptions:  &corev3.Http2ProtocolOptions{MaxConcurrentStreams: wrapperspb.UInt32(1000)},
+		UseRemoteAddress:      wrapperspb.Bool(true),
+		InternalAddressConfig: noInternalPeers(),
 		// The client certificate Envoy verified, for ext_proc to turn into X-Remote-User/Group; a client's
 		// own copy of the header is dropped (SANITIZE_SET).
 		ForwardClientCertDetails:     hcmv3.HttpConnectionManager_SANITIZE_SET,
@@ -160,14 +181,21 @@ func neverSentReply() *hcmv3.LocalReplyConfig {
 	}}}
 }
 
-// extProcFilter is the ext_proc filter: request headers only, fail open to the default route, and
-// never show the processor a credential (REFERENCE.md §5).
+// extProcFilter is the ext_proc filter: request headers, fail open to the default route, and never
+// show the processor a credential (authorization, proxy-authorization, cookie are not forwarded).
+//
+// allow_mode_override lets the processor ask for the response headers of one request (discovery
+// paths, answered from the apiserver's status): source/extensions/filters/http/ext_proc/ext_proc.cc (Filter::onReceiveMessage) applies a
+// ProcessingResponse.mode_override only when allow_mode_override is set, while it waits for a headers
+// response, and (since allowed_override_modes exists) only when that list is empty or holds the mode;
+// otherwise the override is ignored and the filter's processing_mode stays.
 func (tb *translator) extProcFilter() *extprocv3.ExternalProcessor {
 	return &extprocv3.ExternalProcessor{
 		GrpcService: &corev3.GrpcService{
 			TargetSpecifier: &corev3.GrpcService_EnvoyGrpc_{EnvoyGrpc: &corev3.GrpcService_EnvoyGrpc{ClusterName: wire.ExtProcCluster}},
 		},
-		FailureModeAllow: true,
+		FailureModeAllow:  true,
+		AllowModeOverride: true,
 		ProcessingMode: &extprocv3.ProcessingMode{
 			RequestHeaderMode:   extprocv3.ProcessingMode_SEND,
 			ResponseHeaderMode:  extprocv3.ProcessingMode_SKIP,

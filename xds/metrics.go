@@ -23,6 +23,7 @@ type metrics struct {
 	clusters      prometheus.Gauge
 	retained      prometheus.Gauge
 	readyClusters prometheus.Gauge
+	refused       *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -69,9 +70,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "skewgate_xds_acked_clusters",
 			Help: "Clusters every connected Envoy has acknowledged: the ones ext_proc may name.",
 		}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "skewgate_xds_refused_nodes_total",
+			Help: "xDS streams refused before any resource was sent, by reason: too_old (an Envoy below the supported releases or the patch that fixes CVE-2026-73548), unknown_version (no or a non-1.x user_agent_build_version), not_envoy (user_agent_name is not envoy). Logged once per node and version.",
+		}, []string{"reason"}),
+	}
+	for _, r := range refusalReasons {
+		m.refused.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(m.streams, m.pushes, m.acks, m.nacks, m.ackLatency, m.publishes, m.translate, m.clusters, m.retained, m.readyClusters)
+		reg.MustRegister(m.streams, m.pushes, m.acks, m.nacks, m.ackLatency, m.publishes, m.translate, m.clusters, m.retained, m.readyClusters, m.refused)
 	}
 	return m
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -80,6 +81,22 @@ func (o Options) Validate() error {
 	required(o.UpstreamCAFile, "upstream CA file")
 	required(o.FrontProxyCertFile, "front-proxy client certificate file")
 	required(o.FrontProxyKeyFile, "front-proxy client key file")
+	// One watched directory per secret (secrets.go): a key outside its certificate's directory would
+	// not be reloaded with it.
+	for _, p := range [][3]string{
+		{"serving", o.ServingCertFile, o.ServingKeyFile},
+		{"front-proxy client", o.FrontProxyCertFile, o.FrontProxyKeyFile},
+		{"ext_proc client", o.ExtProcCertFile, o.ExtProcKeyFile},
+	} {
+		if p[1] != "" && p[2] != "" && filepath.Dir(p[1]) != filepath.Dir(p[2]) {
+			errs = append(errs, fmt.Errorf("the %s certificate %q and its key %q must be in the same directory: Envoy reloads them on a move into one watched directory", p[0], p[1], p[2]))
+		}
+	}
+	for _, f := range []string{o.ServingCertFile, o.ServingKeyFile, o.ClientCAFile, o.UpstreamCAFile, o.FrontProxyCertFile, o.FrontProxyKeyFile, o.ExtProcCAFile, o.ExtProcCertFile, o.ExtProcKeyFile} {
+		if f != "" && !filepath.IsAbs(f) {
+			errs = append(errs, fmt.Errorf("certificate file %q must be an absolute path: Envoy resolves it, not skewgate", f))
+		}
+	}
 	if net.ParseIP(o.ListenAddress) == nil {
 		errs = append(errs, fmt.Errorf("listen address %q is not an IP address", o.ListenAddress))
 	}

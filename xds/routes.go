@@ -19,18 +19,33 @@ const idempotentMethods = "^(GET|HEAD|OPTIONS)$"
 
 // routeConfig is the route table. Envoy takes the first route that matches:
 //
-//  1. ext_proc named a cluster (wire.RouteHeader): go there. An unknown name answers 503, never a
-//     wrong 404 from an apiserver that lacks the resource.
+//  1. ext_proc named a cluster (wire.RouteHeader, its value a full match of
+//     wire.RoutedClusterPattern): go there. An unknown name answers 503 (cluster_not_found_response_code;
+//     router.cc answers it with flag NC, whatever the cluster_header proto comment says), never a
+//     wrong 404 from an apiserver that lacks the resource. The gRPC clusters never match the pattern,
+//     so no header value reaches skewgate itself.
 //  2. an upgrade (exec, attach, port-forward) without a routing header: every upstream, HTTP/1.1.
-//  3. everything else: every upstream.
+//  3. everything else: every upstream (the anonymous twin for requests without credentials).
 //
 // Each is split by method so that only idempotent requests are retried, and only on connect failure
 // or a refused stream, where the request provably never reached an apiserver.
+//
+// The route is selected (and cluster_header read) by the connection manager before any HTTP filter
+// runs, and again only when a filter clears the route cache (ext_proc does, when its answer mutates
+// headers; its fail-open paths do not). A client's own x-skewgate-cluster is therefore removed before
+// the first selection: internal_only_headers are removed from every request that is not internal
+// (conn_manager_utility.cc, mutateRequestHeaders, cleanInternalHeaders), and listener.go makes no
+// peer internal.
 func (tb *translator) routeConfig() (*routev3.RouteConfiguration, error) {
 	retry, err := retryPolicy()
 	if err != nil {
 		return nil, err
 	}
+	// A safe_regex string match is a full match (source/common/common/regex.h,
+	// CompiledGoogleReMatcher::match calls re2::RE2::FullMatch).
+	routed := &routev3.HeaderMatcher{Name: wire.RouteHeader, HeaderMatchSpecifier: &routev3.HeaderMatcher_StringMatch{StringMatch: &matcherv3.StringMatcher{
+		MatchPattern: &matcherv3.StringMatcher_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: wire.RoutedClusterPattern}},
+	}}}
 	present := func(name string) *routev3.HeaderMatcher {
 		return &routev3.HeaderMatcher{Name: name, HeaderMatchSpecifier: &routev3.HeaderMatcher_PresentMatch{PresentMatch: true}}
 	}
@@ -56,12 +71,19 @@ func (tb *translator) routeConfig() (*routev3.RouteConfiguration, error) {
 	to := func(c string) *routev3.RouteAction {
 		return &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: c}}
 	}
-	base := []*routev3.Route{
-		mk("routed-idempotent", []*routev3.HeaderMatcher{present(wire.RouteHeader), idempotent}, byHeader(), retry),
-		mk("routed", []*routev3.HeaderMatcher{present(wire.RouteHeader)}, byHeader(), nil),
-		mk("upgrade", []*routev3.HeaderMatcher{present("upgrade")}, to(wire.HTTP1Cluster(wire.AllCluster)), nil),
-		mk("default-idempotent", []*routev3.HeaderMatcher{idempotent}, to(wire.AllCluster), retry),
-		mk("default", nil, to(wire.AllCluster), nil),
+	// anonAlias is the cluster of a route's anonymous twin, when it differs.
+	type route struct {
+		r         *routev3.Route
+		anonAlias string
+	}
+	base := []route{
+		{r: mk("routed-idempotent", []*routev3.HeaderMatcher{routed, idempotent}, byHeader(), retry)},
+		{r: mk("routed", []*routev3.HeaderMatcher{routed}, byHeader(), nil)},
+		// Upgrades have no anonymous twin cluster: without credentials they ride HTTP/1.1 with no
+		// identity header, and the apiserver refuses them.
+		{r: mk("upgrade", []*routev3.HeaderMatcher{present("upgrade")}, to(wire.HTTP1Cluster(wire.AllCluster)), nil)},
+		{r: mk("default-idempotent", []*routev3.HeaderMatcher{idempotent}, to(wire.AllCluster), retry), anonAlias: wire.AnonCluster(wire.AllCluster)},
+		{r: mk("default", nil, to(wire.AllCluster), nil), anonAlias: wire.AnonCluster(wire.AllCluster)},
 	}
 	// Each route has an anonymous twin first: a request with no Authorization header and no verified
 	// client certificate (X-Forwarded-Client-Cert is set by the connection manager before routing and
@@ -77,17 +99,29 @@ func (tb *translator) routeConfig() (*routev3.RouteConfiguration, error) {
 		return &routev3.HeaderMatcher{Name: name, HeaderMatchSpecifier: &routev3.HeaderMatcher_PresentMatch{PresentMatch: false}}
 	}
 	var routes []*routev3.Route
-	for _, r := range base {
-		a := proto.Clone(r).(*routev3.Route)
-		a.Name = "anonymous-" + r.Name
+	for _, b := range base {
+		a := proto.Clone(b.r).(*routev3.Route)
+		a.Name = "anonymous-" + b.r.Name
 		a.Match.Headers = append(a.Match.Headers, absent("authorization"), absent(wire.ForwardedCertHeader))
 		a.TypedPerFilterConfig = map[string]*anypb.Any{filterExtProc: anon}
-		routes = append(routes, a, r)
+		if b.anonAlias != "" {
+			a.GetRoute().ClusterSpecifier = &routev3.RouteAction_Cluster{Cluster: b.anonAlias}
+		}
+		routes = append(routes, a, b.r)
 	}
 	return &routev3.RouteConfiguration{
-		Name:             wire.RouteConfigName,
-		VirtualHosts:     []*routev3.VirtualHost{{Name: "apiservers", Domains: []string{"*"}, Routes: routes}},
-		ValidateClusters: wrapperspb.Bool(false), // clusters named by header are checked per request
+		Name:         wire.RouteConfigName,
+		VirtualHosts: []*routev3.VirtualHost{{Name: "apiservers", Domains: []string{"*"}, Routes: routes}},
+		// Removed by the connection manager from every non-internal request before route selection.
+		InternalOnlyHeaders: []string{wire.RouteHeader},
+		// The client certificate ext_proc read (set by the connection manager, SANITIZE_SET) never
+		// reaches an apiserver: the router removes it when it forwards (source/common/router/router.cc
+		// calls the route entry's finalizeRequestHeaders, which applies the route configuration's
+		// request_headers_to_remove, config_impl.cc; a cluster_header route's DelegatingRouteEntry
+		// delegates it, delegating_route_impl.cc). Unlike a header_mutation filter after ext_proc, this
+		// needs no route lookup by a later filter.
+		RequestHeadersToRemove: []string{wire.ForwardedCertHeader},
+		ValidateClusters:       wrapperspb.Bool(false), // clusters named by header are checked per request
 	}, nil
 }
 

@@ -1,6 +1,8 @@
 package xds
 
 import (
+	"path/filepath"
+
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
@@ -8,37 +10,60 @@ import (
 	"github.com/skewgate/skewgate/internal/wire"
 )
 
-// Secret names. The front's certificates travel over SDS as *file paths*, never as contents: Envoy
-// reads the files itself and, because they arrive by SDS, watches their directories and reloads
-// them when they change (TlsCertificate.watched_directory: "only applies when a TlsCertificate is
-// delivered by SDS with references to filesystem paths"; Envoy's SDS key rotation docs). So a renewed
-// apiserver or front-proxy certificate takes effect without restarting Envoy, and skewgate never
-// holds a private key.
+// Secret names. Every certificate, key and CA Envoy uses travels over SDS as *file paths*, never as
+// contents, so skewgate never holds a private key and Envoy reloads them when they are replaced.
+//
+// How Envoy reloads (source/common/secret/sds_api.cc, SdsApi::onConfigUpdate and
+// TlsCertificateSdsApi/CertificateValidationContextSdsApi::setSecret): a secret with a
+// watched_directory reloads all its files when anything is moved into that directory
+// (Config::WatchedDirectory watches it for MovedTo only); without one, Envoy watches each file's
+// directory for MovedTo. Either way only a move (an atomic rename, or the symlink swap of a Secret
+// volume) is seen: a file rewritten in place is not, until the next move into the directory or a
+// restart. Inline certificates never reload, which is why none are generated. Every secret here
+// names the directory of its files as watched_directory, so a rotation of the key and the
+// certificate is read as one, after the move that completes it.
 const (
 	SecretFrontCert      = "skewgate-front-cert"
 	SecretClientCA       = "skewgate-front-client-ca"
 	SecretUpstreamCA     = "skewgate-upstream-ca"
 	SecretFrontProxyCert = "skewgate-front-proxy-cert"
+	// SecretExtProcCert and SecretExtProcCA are Envoy's mTLS client certificate towards the ext_proc
+	// service and the CA that verifies the service.
+	SecretExtProcCert = "skewgate-extproc-client-cert"
+	SecretExtProcCA   = "skewgate-extproc-ca"
 )
 
+// certSecret is a TlsCertificate secret of the files chain and key, watched in chain's directory
+// (Options.Validate requires the key to be in the same directory).
+func certSecret(name, chain, key string) *tlsv3.Secret {
+	return &tlsv3.Secret{Name: name, Type: &tlsv3.Secret_TlsCertificate{TlsCertificate: &tlsv3.TlsCertificate{
+		CertificateChain: file(chain), PrivateKey: file(key),
+		WatchedDirectory: &corev3.WatchedDirectory{Path: filepath.Dir(chain)},
+	}}}
+}
+
+// caSecret is a CertificateValidationContext secret of the CA bundle at path, watched in its
+// directory.
+func caSecret(name, path string) *tlsv3.Secret {
+	return &tlsv3.Secret{Name: name, Type: &tlsv3.Secret_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
+		TrustedCa:        file(path),
+		WatchedDirectory: &corev3.WatchedDirectory{Path: filepath.Dir(path)},
+	}}}
+}
+
 func (tb *translator) secrets() []*tlsv3.Secret {
-	cert := func(name, chain, key string) *tlsv3.Secret {
-		return &tlsv3.Secret{Name: name, Type: &tlsv3.Secret_TlsCertificate{TlsCertificate: &tlsv3.TlsCertificate{
-			CertificateChain: file(chain), PrivateKey: file(key),
-		}}}
-	}
-	ca := func(name, path string) *tlsv3.Secret {
-		return &tlsv3.Secret{Name: name, Type: &tlsv3.Secret_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
-			TrustedCa: file(path),
-		}}}
-	}
 	out := []*tlsv3.Secret{
-		cert(SecretFrontCert, tb.o.ServingCertFile, tb.o.ServingKeyFile),
-		cert(SecretFrontProxyCert, tb.o.FrontProxyCertFile, tb.o.FrontProxyKeyFile),
-		ca(SecretUpstreamCA, tb.o.UpstreamCAFile),
+		certSecret(SecretFrontCert, tb.o.ServingCertFile, tb.o.ServingKeyFile),
+		certSecret(SecretFrontProxyCert, tb.o.FrontProxyCertFile, tb.o.FrontProxyKeyFile),
+		caSecret(SecretUpstreamCA, tb.o.UpstreamCAFile),
 	}
 	if tb.o.ClientCAFile != "" {
-		out = append(out, ca(SecretClientCA, tb.o.ClientCAFile))
+		out = append(out, caSecret(SecretClientCA, tb.o.ClientCAFile))
+	}
+	if tb.o.ExtProcCAFile != "" {
+		out = append(out,
+			certSecret(SecretExtProcCert, tb.o.ExtProcCertFile, tb.o.ExtProcKeyFile),
+			caSecret(SecretExtProcCA, tb.o.ExtProcCAFile))
 	}
 	return out
 }
@@ -47,26 +72,26 @@ func sdsRef(name string) *tlsv3.SdsSecretConfig {
 	return &tlsv3.SdsSecretConfig{Name: name, SdsConfig: adsSource()}
 }
 
-// apiserverTLS is the upstream TLS of every apiserver cluster: the front-proxy certificate and the
-// cluster CA by SDS, and the name check (kubernetes.default.svc) inline.
-func apiserverTLS(alpn string) (*corev3.TransportSocket, error) {
-	tlsAny, err := pack(&tlsv3.UpstreamTlsContext{
-		Sni: wire.UpstreamSNI,
-		CommonTlsContext: &tlsv3.CommonTlsContext{
-			TlsParams: &tlsv3.TlsParameters{TlsMinimumProtocolVersion: tlsv3.TlsParameters_TLSv1_2},
-			// The front-proxy client certificate: the apiserver trusts X-Remote-* only from it.
-			TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{sdsRef(SecretFrontProxyCert)},
-			ValidationContextType: &tlsv3.CommonTlsContext_CombinedValidationContext{CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
-				// Envoy checks the chain but not the name unless told to.
-				DefaultValidationContext: &tlsv3.CertificateValidationContext{MatchTypedSubjectAltNames: []*tlsv3.SubjectAltNameMatcher{{
-					SanType: tlsv3.SubjectAltNameMatcher_DNS,
-					Matcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: wire.UpstreamSNI}},
-				}}},
-				ValidationContextSdsSecretConfig: sdsRef(SecretUpstreamCA),
-			}},
-			AlpnProtocols: []string{alpn},
-		},
-	})
+// apiserverTLS is the upstream TLS of the apiserver clusters: the cluster CA by SDS and the name
+// check (kubernetes.default.svc) inline, and with clientCert the front-proxy certificate by SDS.
+func apiserverTLS(alpn string, clientCert bool) (*corev3.TransportSocket, error) {
+	common := &tlsv3.CommonTlsContext{
+		TlsParams: &tlsv3.TlsParameters{TlsMinimumProtocolVersion: tlsv3.TlsParameters_TLSv1_2},
+		ValidationContextType: &tlsv3.CommonTlsContext_CombinedValidationContext{CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
+			// Envoy checks the chain but not the name unless told to.
+			DefaultValidationContext: &tlsv3.CertificateValidationContext{MatchTypedSubjectAltNames: []*tlsv3.SubjectAltNameMatcher{{
+				SanType: tlsv3.SubjectAltNameMatcher_DNS,
+				Matcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: wire.UpstreamSNI}},
+			}}},
+			ValidationContextSdsSecretConfig: sdsRef(SecretUpstreamCA),
+		}},
+		AlpnProtocols: []string{alpn},
+	}
+	if clientCert {
+		// The front-proxy client certificate: the apiserver trusts X-Remote-* only from it.
+		common.TlsCertificateSdsSecretConfigs = []*tlsv3.SdsSecretConfig{sdsRef(SecretFrontProxyCert)}
+	}
+	tlsAny, err := pack(&tlsv3.UpstreamTlsContext{Sni: wire.UpstreamSNI, CommonTlsContext: common})
 	if err != nil {
 		return nil, err
 	}

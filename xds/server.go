@@ -47,7 +47,10 @@ type Config struct {
 	Logger   *zap.Logger
 	Registry prometheus.Registerer
 	// Now is the clock [time.Now]; VersionPrefix starts every snapshot version [the start time in
-	// nanoseconds, base 36], so versions never repeat across restarts (REFERENCE.md §7).
+	// nanoseconds, base 36], so versions never repeat across restarts: go-control-plane's snapshot
+	// cache answers a state-of-the-world request only when its version_info differs from the
+	// snapshot's (pkg/cache/v3/simple.go, CreateWatch), so an Envoy reconnecting with a reused version
+	// would get nothing.
 	Now           func() time.Time
 	VersionPrefix string
 }
@@ -67,6 +70,7 @@ type Server struct {
 	m     *metrics
 	cache cachev3.SnapshotCache
 	acks  *acks
+	gate  *versionGate
 	xds   serverv3.Server
 
 	seq      int
@@ -117,7 +121,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		last:     map[string]*clusterv3.Cluster{},
 		changed:  make(chan struct{}),
 	}
-	s.xds = serverv3.NewServer(ctx, s.cache, callbacks{s.acks})
+	s.gate = newVersionGate(callbacks{s.acks}, log, m)
+	s.xds = serverv3.NewServer(ctx, s.cache, s.gate)
 	return s, nil
 }
 
@@ -143,12 +148,22 @@ func (s *Server) Version() (string, <-chan struct{}) {
 }
 
 // Run publishes a snapshot for every new Topology, and again when retained clusters expire, until
-// ctx ends. Before the first Topology it publishes a front with no upstreams, so Envoy starts its
-// listener and answers 503 instead of refusing connections.
+// ctx ends. Before the first Topology it publishes nothing: an Envoy that connects then (one that
+// reconnects to a restarted skewgate, typically) gets no response and keeps the configuration it
+// has, instead of trading its working clusters for an empty front that answers 503 until discovery
+// has synced.
 func (s *Server) Run(ctx context.Context) error {
 	var expiry *time.Timer
 	for {
 		t, changed := s.cfg.Source.Watch()
+		if t == nil {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-changed:
+				continue
+			}
+		}
 		next := s.publish(ctx, t)
 		if expiry != nil {
 			expiry.Stop()

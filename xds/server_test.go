@@ -12,6 +12,7 @@ import (
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryservice "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	sotw "github.com/envoyproxy/go-control-plane/pkg/client/sotw/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/prometheus/client_golang/prometheus"
@@ -104,7 +105,15 @@ func clusterNames(t *testing.T, rs []*anypb.Any) []string {
 	return out
 }
 
-var testNode = &corev3.Node{Id: "envoy-1", Cluster: "front"}
+// testNode is an Envoy at the newest supported release, as Envoy fills in its node.
+var testNode = envoyNode("envoy-1", 1, 40, 0)
+
+func envoyNode(id string, major, minor, patch uint32) *corev3.Node {
+	return &corev3.Node{Id: id, Cluster: "front", UserAgentName: "envoy",
+		UserAgentVersionType: &corev3.Node_UserAgentBuildVersion{UserAgentBuildVersion: &corev3.BuildVersion{
+			Version: &typev3.SemanticVersion{MajorNumber: major, MinorNumber: minor, Patch: patch},
+		}}}
+}
 
 // fetchClusters waits for the next CDS response on c and returns its cluster names.
 func fetchClusters(t *testing.T, c sotw.ADSClient) []string {
@@ -158,8 +167,13 @@ func TestADSStateOfTheWorld(t *testing.T) {
 	if !slices.Contains(got, wire.UpstreamCluster("cp-1")) {
 		t.Errorf("cp-1 removed before its grace period: %v", got)
 	}
-	if ts.ClusterReady(newCluster) {
-		t.Fatalf("%s ready before the Envoy acknowledged it", newCluster)
+	for _, c := range []string{newCluster, wire.AnonCluster(newCluster), wire.HTTP1Cluster(newCluster)} {
+		if !slices.Contains(got, c) {
+			t.Fatalf("clusters after change %v lack %s", got, c)
+		}
+		if ts.ClusterReady(c) {
+			t.Fatalf("%s ready before the Envoy acknowledged it", c)
+		}
 	}
 	if !ts.ClusterReady(wire.AllCluster) {
 		t.Fatalf("all-upstreams cluster not ready")
@@ -167,7 +181,9 @@ func TestADSStateOfTheWorld(t *testing.T) {
 	if err := c.Ack(); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, newCluster+" ready after ACK", func() bool { return ts.ClusterReady(newCluster) })
+	waitUntil(t, newCluster+" and its twins ready after ACK", func() bool {
+		return ts.ClusterReady(newCluster) && ts.ClusterReady(wire.AnonCluster(newCluster)) && ts.ClusterReady(wire.HTTP1Cluster(newCluster))
+	})
 
 	// A NACK: counted, and the server goes on serving.
 	src.Set(loadScenario(t, "testdata/three-two-sets.in.yaml"))
@@ -233,7 +249,7 @@ func TestADSDelta(t *testing.T) {
 }
 
 // TestVersionsNeverRepeat: a restarted server (same Topology, fresh counter) must not reuse a version
-// string, or Envoy would ignore its first push (REFERENCE.md §7).
+// string: the snapshot cache does not answer a request whose version_info equals the snapshot's.
 func TestVersionsNeverRepeat(t *testing.T) {
 	top := loadScenario(t, "testdata/skewed.in.yaml")
 	seen := map[string]bool{}
@@ -274,6 +290,9 @@ func TestGraceExpiry(t *testing.T) {
 		got := fetchClusters(t, c)
 		c.Ack()
 		if !slices.Contains(got, gone) {
+			if slices.Contains(got, wire.AnonCluster(gone)) || slices.Contains(got, wire.HTTP1Cluster(gone)) {
+				t.Fatalf("%s left but a twin stayed: %v", gone, got)
+			}
 			break
 		}
 		if i > 3 {
@@ -325,10 +344,12 @@ func TestOptionsValidate(t *testing.T) {
 		"half of mTLS":          func(o *Options) { o.ExtProcCAFile = "/ca.crt" },
 		"listen on a hostname":  func(o *Options) { o.ListenAddress = "front.example" },
 		"absurd ext_proc limit": func(o *Options) { o.ExtProcTimeout = time.Minute },
+		"key apart from cert":   func(o *Options) { o.FrontProxyKeyFile = "/etc/keys/front-proxy-client.key" },
+		"relative CA path":      func(o *Options) { o.UpstreamCAFile = "pki/ca.crt" },
 	} {
 		o := testOptions()
 		mut(&o)
-		if _, err := Translate(nil, o); err == nil {
+		if _, err := Translate(emptyTopology(), o); err == nil {
 			t.Errorf("%s: Translate accepted it", name)
 		} else if strings.TrimSpace(err.Error()) == "" {
 			t.Errorf("%s: empty error", name)
@@ -337,7 +358,7 @@ func TestOptionsValidate(t *testing.T) {
 	o := testOptions()
 	o.ExtProcAddress = "10.1.2.3:18001"
 	o.ExtProcCAFile, o.ExtProcCertFile, o.ExtProcKeyFile = "/ca.crt", "/tls.crt", "/tls.key"
-	if _, err := Translate(nil, o); err != nil {
+	if _, err := Translate(emptyTopology(), o); err != nil {
 		t.Errorf("mTLS to a remote ext_proc refused: %v", err)
 	}
 }

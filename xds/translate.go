@@ -1,6 +1,7 @@
 package xds
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 
@@ -41,8 +42,9 @@ type validator interface {
 	ValidateAll() error
 }
 
-// pack validates m and packs it into an Any: go-control-plane's own validation does not look inside
-// an Any (REFERENCE.md §7), so an invalid typed config would otherwise reach Envoy and be NACKed.
+// pack validates m and packs it into an Any: go-control-plane's snapshot validation (Consistent) only
+// checks that EDS and RDS names resolve and never unpacks a typed config, so an invalid one would
+// otherwise reach Envoy and be NACKed.
 func pack(m validator) (*anypb.Any, error) {
 	if err := m.ValidateAll(); err != nil {
 		return nil, fmt.Errorf("%s: %w", m.ProtoReflect().Descriptor().FullName(), err)
@@ -51,18 +53,17 @@ func pack(m validator) (*anypb.Any, error) {
 }
 
 // Translate turns a Topology into Envoy resources. It is pure: the same Topology and Options give the
-// same resources. A nil Topology (discovery not synced) gives a front with only the ext_proc cluster
-// and an empty all-upstreams cluster, which answers 503 until upstreams are known.
+// same resources. A nil Topology (discovery not synced) is an error: there is nothing true to say yet,
+// and an Envoy must keep its last configuration rather than get an empty one.
 func Translate(t *discovery.Topology, o Options) (*Resources, error) {
 	o = o.WithDefaults()
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	var upstreams []discovery.Upstream
-	var sets []discovery.CapabilitySet
-	if t != nil {
-		upstreams, sets = t.Upstreams, t.Sets
+	if t == nil {
+		return nil, errors.New("no Topology yet: nothing to translate")
 	}
+	upstreams, sets := t.Upstreams, t.Sets
 
 	tb := &translator{o: o}
 	var clusters []*clusterv3.Cluster
@@ -85,8 +86,8 @@ func Translate(t *discovery.Topology, o Options) (*Resources, error) {
 			}
 			eps = append(eps, a)
 		}
-		for _, h1 := range []bool{false, true} {
-			c, err := tb.apiserverCluster(name, eps, h1)
+		for _, kind := range clusterKinds {
+			c, err := tb.apiserverCluster(name, eps, kind)
 			if err != nil {
 				return err
 			}
@@ -135,7 +136,7 @@ func Translate(t *discovery.Topology, o Options) (*Resources, error) {
 }
 
 // check validates every resource and that every cluster a route names statically exists; the
-// snapshot's Consistent() only checks EDS and RDS names (REFERENCE.md §7).
+// snapshot's Consistent() only checks EDS and RDS names.
 func (rs *Resources) check() error {
 	names := make(map[string]bool, len(rs.Clusters))
 	for _, c := range rs.Clusters {
@@ -181,6 +182,52 @@ func (rs *Resources) check() error {
 
 type translator struct {
 	o Options
+	// Typed configs every apiserver cluster of a kind shares, packed (and validated) once per
+	// translation: generated resources are never modified after Translate returns.
+	sockets map[socketKey]*corev3.TransportSocket
+	packed  map[string]*anypb.Any
+}
+
+type socketKey struct {
+	alpn       string
+	clientCert bool
+}
+
+// apiserverSocket is apiserverTLS, built once per translation.
+func (tb *translator) apiserverSocket(alpn string, clientCert bool) (*corev3.TransportSocket, error) {
+	k := socketKey{alpn, clientCert}
+	if ts := tb.sockets[k]; ts != nil {
+		return ts, nil
+	}
+	ts, err := apiserverTLS(alpn, clientCert)
+	if err != nil {
+		return nil, err
+	}
+	if tb.sockets == nil {
+		tb.sockets = map[socketKey]*corev3.TransportSocket{}
+	}
+	tb.sockets[k] = ts
+	return ts, nil
+}
+
+// packOnce is pack for a message built the same way for many clusters: equal messages share one Any.
+func (tb *translator) packOnce(m validator) (*anypb.Any, error) {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	if a := tb.packed[string(b)]; a != nil {
+		return a, nil
+	}
+	a, err := pack(m)
+	if err != nil {
+		return nil, err
+	}
+	if tb.packed == nil {
+		tb.packed = map[string]*anypb.Any{}
+	}
+	tb.packed[string(b)] = a
+	return a, nil
 }
 
 func cmpString(a, b string) int {
@@ -199,6 +246,9 @@ func sdsReferences(rs *Resources) []string {
 	var out []string
 	for _, c := range rs.Clusters {
 		out = append(out, SecretNames(c.TransportSocket)...)
+		for _, m := range c.TransportSocketMatches {
+			out = append(out, SecretNames(m.TransportSocket)...)
+		}
 	}
 	for _, l := range rs.Listeners {
 		for _, fc := range l.FilterChains {

@@ -81,6 +81,9 @@ func loadScenario(t testing.TB, path string) *discovery.Topology {
 	return discovery.Build("golden", time.Unix(0, 0), facts)
 }
 
+// emptyTopology is a synced discovery that knows no upstream.
+func emptyTopology() *discovery.Topology { return discovery.Build("empty", time.Unix(0, 0), nil) }
+
 // toYAML renders messages as YAML: protojson (whose spacing is deliberately unstable) re-encoded.
 func toYAML[M proto.Message](t testing.TB, msgs []M) []byte {
 	t.Helper()
@@ -181,10 +184,10 @@ func TestTranslateClusters(t *testing.T) {
 	for _, n := range rs.ClusterNames() {
 		got[n] = true
 	}
-	// Every cluster a decision can name exists, with its HTTP/1.1 twin.
+	// Every cluster a decision can name exists, with its HTTP/1.1 and anonymous twins.
 	for _, c := range append(top.Clusters(), wire.AllCluster) {
-		if !got[c] || !got[wire.HTTP1Cluster(c)] {
-			t.Errorf("cluster %s or its twin missing from %v", c, rs.ClusterNames())
+		if !got[c] || !got[wire.HTTP1Cluster(c)] || !got[wire.AnonCluster(c)] {
+			t.Errorf("cluster %s or a twin missing from %v", c, rs.ClusterNames())
 		}
 	}
 	if len(top.Sets) != 1 {

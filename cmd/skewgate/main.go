@@ -8,9 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -75,12 +78,16 @@ func newServeCommand() *cobra.Command {
 
 func newBootstrapCommand() *cobra.Command {
 	var o xds.BootstrapOptions
-	var out string
+	var out, sdsOut string
 	var sotw bool
 	cmd := &cobra.Command{
 		Use:   "bootstrap",
-		Short: "Print the Envoy bootstrap that connects an Envoy to skewgate",
-		Args:  cobra.NoArgs,
+		Short: "Render the Envoy bootstrap that connects an Envoy to skewgate (and, with mTLS, its SDS files)",
+		Long: `Render the Envoy bootstrap that connects an Envoy to skewgate. With mTLS to the xDS server
+(--xds-ca-file, --xds-cert-file, --xds-key-file) Envoy loads its client certificate and CA through
+two SDS files, so it reloads them when they are rotated: they are written to --sds-output-dir
+(default: --sds-dir, the directory Envoy reads them from).`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Delta = !sotw
 			b, err := xds.Bootstrap(o)
@@ -91,11 +98,26 @@ func newBootstrapCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			sds, err := xds.BootstrapSDSFiles(o)
+			if err != nil {
+				return err
+			}
+			if sdsOut == "" {
+				sdsOut = o.SDSDir
+			}
+			for _, name := range slices.Sorted(maps.Keys(sds)) {
+				if err := os.MkdirAll(sdsOut, 0o755); err != nil {
+					return fmt.Errorf("--sds-output-dir: %w", err)
+				}
+				if err := writeAtomic(filepath.Join(sdsOut, name), sds[name]); err != nil {
+					return fmt.Errorf("--sds-output-dir: %w", err)
+				}
+			}
 			if out == "" || out == "-" {
 				_, err = cmd.OutOrStdout().Write(y)
 				return err
 			}
-			return os.WriteFile(out, y, 0o644)
+			return writeAtomic(out, y)
 		},
 	}
 	fs := cmd.Flags()
@@ -106,10 +128,34 @@ func newBootstrapCommand() *cobra.Command {
 	fs.StringVar(&o.XDSCertFile, "xds-cert-file", "", "Envoy's client certificate for xDS")
 	fs.StringVar(&o.XDSKeyFile, "xds-key-file", "", "key of --xds-cert-file")
 	fs.StringVar(&o.XDSSNI, "xds-sni", "", "server name verified on the xDS certificate (default: its host)")
+	fs.StringVar(&o.SDSDir, "sds-dir", xds.DefaultSDSDir, "directory, as Envoy sees it, of the SDS files that load the xDS client certificate and CA (mTLS only)")
+	fs.StringVar(&sdsOut, "sds-output-dir", "", "write the SDS files here instead of --sds-dir (e.g. to build a ConfigMap)")
 	fs.StringVar(&o.AdminAddress, "admin-address", "127.0.0.1:9901", "Envoy admin listener; must be loopback")
 	fs.BoolVar(&sotw, "sotw", false, "use state-of-the-world xDS instead of delta")
 	fs.StringVarP(&out, "output", "o", "", "write to this file instead of stdout")
 	return cmd
+}
+
+// writeAtomic writes data to path by a rename in its directory: Envoy watches these directories for
+// moves and must never read a half-written file.
+func writeAtomic(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(0o644); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
 }
 
 func newTopologyCommand(w io.Writer) *cobra.Command {

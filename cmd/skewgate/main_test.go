@@ -5,12 +5,15 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/internal/app"
+	"github.com/skewgate/skewgate/xds"
 )
 
 func TestTopologyCommand(t *testing.T) {
@@ -45,5 +48,36 @@ func TestBootstrapCommandRefusesUnsafe(t *testing.T) {
 	cmd.SetErr(&bytes.Buffer{})
 	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "not loopback") {
 		t.Errorf("plaintext xDS to a remote address accepted: %v", err)
+	}
+}
+
+// TestBootstrapCommandWritesSDSFiles: with mTLS the command writes the SDS files the bootstrap names.
+func TestBootstrapCommandWritesSDSFiles(t *testing.T) {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "bootstrap.yaml")
+	cmd := newBootstrapCommand()
+	cmd.SetArgs([]string{"--node-id", "n1", "--xds-address", "10.0.0.5:18000",
+		"--xds-ca-file", "/etc/skewgate/xds/ca.crt", "--xds-cert-file", "/etc/skewgate/xds/tls.crt", "--xds-key-file", "/etc/skewgate/xds/tls.key",
+		"--sds-dir", "/etc/skewgate/envoy/sds", "--sds-output-dir", filepath.Join(dir, "sds"), "-o", out})
+	cmd.SetOut(&bytes.Buffer{})
+	cmd.SetErr(&bytes.Buffer{})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{xds.XDSCertSDSFile, xds.XDSCASDSFile} {
+		sds, err := os.ReadFile(filepath.Join(dir, "sds", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(sds), "/etc/skewgate/xds/") {
+			t.Errorf("%s does not name the certificate files:\n%s", name, sds)
+		}
+		if !strings.Contains(string(b), "/etc/skewgate/envoy/sds/"+name) {
+			t.Errorf("the bootstrap does not reference %s:\n%s", name, b)
+		}
 	}
 }

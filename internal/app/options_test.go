@@ -42,6 +42,7 @@ func TestOptionsValidate(t *testing.T) {
 		"bad log format":            {func(o *Options) { o.LogFormat = "xml" }, "--log-format"},
 		"relative unix socket":      {func(o *Options) { o.ExtProcListen = "unix://run/x.sock" }, "absolute"},
 		"no kubeconfig off-cluster": {func(o *Options) { o.Kubeconfig = "" }, "--kubeconfig"},
+		"key apart from its cert":   {func(o *Options) { o.Envoy.FrontProxyKeyFile = "/keys/fp.key" }, "same directory"},
 	} {
 		o := validOptions(t)
 		c.mut(o)

@@ -20,6 +20,7 @@ import (
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
@@ -121,7 +122,11 @@ func (d *DataPlane) subscribe(ctx context.Context, conn *grpc.ClientConn) error 
 	if err != nil {
 		return err
 	}
-	node := &corev3.Node{Id: d.cfg.NodeID, Cluster: "skewgate-test-dataplane"}
+	// Like Envoy, which fills these in from its build (skewgate refuses other clients and old Envoys).
+	node := &corev3.Node{Id: d.cfg.NodeID, Cluster: "skewgate-test-dataplane", UserAgentName: "envoy",
+		UserAgentVersionType: &corev3.Node_UserAgentBuildVersion{UserAgentBuildVersion: &corev3.BuildVersion{
+			Version: &typev3.SemanticVersion{MajorNumber: 1, MinorNumber: 40, Patch: 0},
+		}}}
 	versions := map[string]string{}
 	send := func(typ string, names []string, nonce string, nack error) error {
 		req := &discoveryv3.DiscoveryRequest{Node: node, TypeUrl: typ, ResourceNames: names, VersionInfo: versions[typ], ResponseNonce: nonce}

@@ -1,0 +1,178 @@
+package xds
+
+import (
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/skewgate/skewgate/internal/wire"
+)
+
+func translated(t *testing.T) *Resources {
+	t.Helper()
+	rs, err := Translate(loadScenario(t, "testdata/three-two-sets.in.yaml"), testOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rs
+}
+
+func hcmOf(t *testing.T, rs *Resources) *hcmv3.HttpConnectionManager {
+	t.Helper()
+	var hcm hcmv3.HttpConnectionManager
+	if err := rs.Listeners[0].FilterChains[0].Filters[0].GetTypedConfig().UnmarshalTo(&hcm); err != nil {
+		t.Fatal(err)
+	}
+	return &hcm
+}
+
+// TestRoutingHeaderNeverFromClient: the connection manager removes x-skewgate-cluster before route
+// selection for every peer, and routes take only apiserver cluster names from it.
+func TestRoutingHeaderNeverFromClient(t *testing.T) {
+	rs := translated(t)
+	rc := rs.Routes[0]
+	if !slices.Equal(rc.InternalOnlyHeaders, []string{wire.RouteHeader}) {
+		t.Errorf("internal_only_headers = %v", rc.InternalOnlyHeaders)
+	}
+	iac := hcmOf(t, rs).GetInternalAddressConfig()
+	if iac == nil || iac.UnixSockets || len(iac.CidrRanges) == 0 {
+		t.Fatalf("internal_address_config %v: an empty cidr_ranges falls back to RFC1918", iac)
+	}
+	for _, r := range iac.CidrRanges {
+		if r.GetPrefixLen().GetValue() != 32 && r.GetPrefixLen().GetValue() != 128 || (r.AddressPrefix != "0.0.0.0" && r.AddressPrefix != "::") {
+			t.Errorf("internal cidr %s/%d could match a peer", r.AddressPrefix, r.GetPrefixLen().GetValue())
+		}
+	}
+
+	re := regexp.MustCompile(`^(?:` + wire.RoutedClusterPattern + `)$`)
+	for _, vh := range rc.VirtualHosts {
+		for _, r := range vh.Routes {
+			if r.GetRoute().GetClusterHeader() == "" {
+				continue
+			}
+			var hm *routev3.HeaderMatcher
+			for _, h := range r.Match.Headers {
+				if h.Name == wire.RouteHeader {
+					hm = h
+				}
+			}
+			if hm.GetStringMatch().GetSafeRegex().GetRegex() != wire.RoutedClusterPattern {
+				t.Errorf("route %s takes %s without matching %s: %v", r.Name, wire.RouteHeader, wire.RoutedClusterPattern, hm)
+			}
+		}
+	}
+	for _, c := range rs.ClusterNames() {
+		grpc := c == wire.ExtProcCluster || c == wire.XDSCluster
+		if re.MatchString(c) == grpc {
+			t.Errorf("cluster %s: routable = %v", c, !grpc)
+		}
+	}
+	if re.MatchString(wire.XDSCluster) || re.MatchString(wire.AllCluster+":http1x") {
+		t.Error("the pattern matches more than apiserver clusters")
+	}
+}
+
+// TestXFCCRemovedByRouter: the route configuration removes X-Forwarded-Client-Cert when forwarding,
+// and no HTTP filter after ext_proc exists to re-match routes.
+func TestXFCCRemovedByRouter(t *testing.T) {
+	rs := translated(t)
+	if !slices.Equal(rs.Routes[0].RequestHeadersToRemove, []string{wire.ForwardedCertHeader}) {
+		t.Errorf("request_headers_to_remove = %v", rs.Routes[0].RequestHeadersToRemove)
+	}
+	hcm := hcmOf(t, rs)
+	var names []string
+	for _, f := range hcm.HttpFilters {
+		names = append(names, f.Name)
+	}
+	if !slices.Equal(names, []string{filterHeaderMutation + ".strip", filterExtProc, filterRouter}) {
+		t.Errorf("filters %v", names)
+	}
+	var ep extprocv3.ExternalProcessor
+	if err := hcm.HttpFilters[1].GetTypedConfig().UnmarshalTo(&ep); err != nil {
+		t.Fatal(err)
+	}
+	if !ep.AllowModeOverride || !ep.FailureModeAllow {
+		t.Errorf("ext_proc allow_mode_override %v failure_mode_allow %v", ep.AllowModeOverride, ep.FailureModeAllow)
+	}
+}
+
+// TestAnonymousRoutes: requests without credentials default to the anonymous twin of all, except
+// upgrades, which ride the HTTP/1.1 twin.
+func TestAnonymousRoutes(t *testing.T) {
+	rs := translated(t)
+	want := map[string]string{
+		"anonymous-default":            wire.AnonCluster(wire.AllCluster),
+		"anonymous-default-idempotent": wire.AnonCluster(wire.AllCluster),
+		"anonymous-upgrade":            wire.HTTP1Cluster(wire.AllCluster),
+		"default":                      wire.AllCluster,
+		"upgrade":                      wire.HTTP1Cluster(wire.AllCluster),
+	}
+	seen := 0
+	for _, r := range rs.Routes[0].VirtualHosts[0].Routes {
+		if c, ok := want[r.Name]; ok {
+			seen++
+			if r.GetRoute().GetCluster() != c {
+				t.Errorf("route %s goes to %q, want %q", r.Name, r.GetRoute().GetCluster(), c)
+			}
+		}
+	}
+	if seen != len(want) {
+		t.Errorf("found %d of the routes %v", seen, want)
+	}
+}
+
+// TestAnonymousClusters: every HTTP/2 apiserver cluster has an anonymous twin that verifies the
+// apiserver but presents no certificate, and whose health check presents the front-proxy one.
+func TestAnonymousClusters(t *testing.T) {
+	rs := translated(t)
+	byName := map[string]*clusterv3.Cluster{}
+	for _, c := range rs.Clusters {
+		byName[c.Name] = c
+	}
+	anons := 0
+	for name, c := range byName {
+		if strings.HasSuffix(name, wire.HTTP1Suffix) || strings.HasSuffix(name, wire.AnonSuffix) || name == wire.ExtProcCluster {
+			continue
+		}
+		a := byName[wire.AnonCluster(name)]
+		if a == nil {
+			t.Errorf("%s has no anonymous twin", name)
+			continue
+		}
+		anons++
+		var tlsCtx tlsv3.UpstreamTlsContext
+		if err := a.TransportSocket.GetTypedConfig().UnmarshalTo(&tlsCtx); err != nil {
+			t.Fatal(err)
+		}
+		if n := len(tlsCtx.CommonTlsContext.TlsCertificateSdsSecretConfigs) + len(tlsCtx.CommonTlsContext.TlsCertificates); n != 0 {
+			t.Errorf("%s presents %d client certificates", a.Name, n)
+		}
+		if tlsCtx.Sni != wire.UpstreamSNI || tlsCtx.CommonTlsContext.GetCombinedValidationContext().GetValidationContextSdsSecretConfig().GetName() != SecretUpstreamCA {
+			t.Errorf("%s does not verify the apiserver: %v", a.Name, &tlsCtx)
+		}
+		hc := a.HealthChecks[0]
+		if len(a.TransportSocketMatches) != 1 || !proto.Equal(a.TransportSocketMatches[0].Match, hc.TransportSocketMatchCriteria) {
+			t.Fatalf("%s: the health check does not select a transport socket match: %v / %v", a.Name, a.TransportSocketMatches, hc.TransportSocketMatchCriteria)
+		}
+		if got := SecretNames(a.TransportSocketMatches[0].TransportSocket); !slices.Contains(got, SecretFrontProxyCert) {
+			t.Errorf("%s: health checks present %v, want the front-proxy certificate", a.Name, got)
+		}
+		if !proto.Equal(hc.GetHttpHealthCheck(), c.HealthChecks[0].GetHttpHealthCheck()) {
+			t.Errorf("%s: health check %v differs from %s's %v", a.Name, hc.GetHttpHealthCheck(), name, c.HealthChecks[0].GetHttpHealthCheck())
+		}
+		if len(c.TransportSocketMatches) != 0 || c.HealthChecks[0].TransportSocketMatchCriteria != nil {
+			t.Errorf("%s: only anonymous twins need a health-check transport socket", name)
+		}
+	}
+	if anons < 4 {
+		t.Errorf("only %d anonymous twins", anons)
+	}
+}
