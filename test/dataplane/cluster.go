@@ -80,14 +80,18 @@ func isHTTP1(c *clusterv3.Cluster) (bool, error) {
 const transportSocketMatchKey = "envoy.transport_socket_match"
 
 // resolveSocket is TransportSocketMatcherImpl::resolve (source/common/upstream/
-// transport_socket_match_impl.cc): the first entry of transport_socket_matches whose every match
-// field equals the value under envoy.transport_socket_match in the given metadata (an entry with an
-// empty match matches anything); otherwise the cluster's transport_socket. -1 is the default.
-func (c *cluster) resolveSocket(md *corev3.Metadata) int {
-	fields := md.GetFilterMetadata()[transportSocketMatchKey].GetFields()
-	for i, m := range c.cfg.TransportSocketMatches {
-		if labelMatch(m.GetMatch(), fields) {
-			return i
+// transport_socket_match_impl.cc, legacy metadata matching): the first entry of
+// transport_socket_matches whose every match field equals the value under
+// envoy.transport_socket_match in the endpoint's metadata, else the first that so matches the
+// locality's metadata (an entry with an empty match matches anything: metadataLabelMatch);
+// otherwise the cluster's transport_socket. -1 is the default.
+func (c *cluster) resolveSocket(endpoint, locality *corev3.Metadata) int {
+	for _, md := range []*corev3.Metadata{endpoint, locality} {
+		fields := md.GetFilterMetadata()[transportSocketMatchKey].GetFields()
+		for i, m := range c.cfg.TransportSocketMatches {
+			if labelMatch(m.GetMatch(), fields) {
+				return i
+			}
 		}
 	}
 	return -1
@@ -181,11 +185,7 @@ func newCluster(d *DataPlane, cfg *clusterv3.Cluster) (*cluster, error) {
 				return nil, fmt.Errorf("cluster %s: unsupported endpoint address %v", cfg.Name, a)
 			}
 			// Requests use the socket the endpoint's (and locality's) metadata selects.
-			md := e.GetMetadata()
-			if md == nil {
-				md = l.GetMetadata()
-			}
-			i := c.resolveSocket(md)
+			i := c.resolveSocket(e.GetMetadata(), l.GetMetadata())
 			if byIndex[i] == nil {
 				byIndex[i] = c.newTransport(c.socket(i), h1)
 			}

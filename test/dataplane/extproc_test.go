@@ -17,6 +17,7 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -26,9 +27,14 @@ import (
 type processor struct {
 	extprocv3.UnimplementedExternalProcessorServer
 	answer func(*extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error)
+	md     chan metadata.MD
 }
 
 func (p *processor) Process(s extprocv3.ExternalProcessor_ProcessServer) error {
+	if p.md != nil {
+		md, _ := metadata.FromIncomingContext(s.Context())
+		p.md <- md
+	}
 	for {
 		req, err := s.Recv()
 		if err != nil {
@@ -50,8 +56,12 @@ func (p *processor) Process(s extprocv3.ExternalProcessor_ProcessServer) error {
 }
 
 func startProcessor(t *testing.T, answer func(*extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error)) string {
+	return startProcessorMD(t, answer, nil)
+}
+
+func startProcessorMD(t *testing.T, answer func(*extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error), md chan metadata.MD) string {
 	g := grpc.NewServer()
-	extprocv3.RegisterExternalProcessorServer(g, &processor{answer: answer})
+	extprocv3.RegisterExternalProcessorServer(g, &processor{answer: answer, md: md})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -202,5 +212,38 @@ func TestExtProcImmediateResponse(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusNotModified || resp.Header.Get("Etag") != `"x"` || a.count() != 0 {
 		t.Errorf("%d etag %q, %d upstream requests; want 304 with the processor's ETag and no upstream request", resp.StatusCode, resp.Header.Get("Etag"), a.count())
+	}
+}
+
+// TestExtProcPerRoute: the cached route's ExtProcPerRoute adds grpc_initial_metadata to the stream
+// or disables the filter for the request.
+func TestExtProcPerRoute(t *testing.T) {
+	a := newUpstream(t, "a")
+	mds := make(chan metadata.MD, 8)
+	ep := startProcessorMD(t, func(*extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error) {
+		return headersResponse(false, setHdr("x-seen", "1", nil)), nil
+	}, mds)
+	anon := routeTo("anonymous", "a", exact("x-kind", "anon"))
+	anon.TypedPerFilterConfig = map[string]*anypb.Any{"envoy.filters.http.ext_proc": anyOf(t, &extprocfilterv3.ExtProcPerRoute{
+		Override: &extprocfilterv3.ExtProcPerRoute_Overrides{Overrides: &extprocfilterv3.ExtProcOverrides{
+			GrpcInitialMetadata: []*corev3.HeaderValue{{Key: "x-skewgate-credentials", Value: "none"}}}}})}
+	off := routeTo("disabled", "a", exact("x-kind", "off"))
+	off.TypedPerFilterConfig = map[string]*anypb.Any{"envoy.filters.http.ext_proc": anyOf(t, &extprocfilterv3.ExtProcPerRoute{
+		Override: &extprocfilterv3.ExtProcPerRoute_Disabled{Disabled: true}})}
+	f := startFront(t, Delta, listener(t, nil, extprocFilter(t, nil)), routes(anon, off, routeTo("default", "a")), plainCluster("a", a.addr()), extprocCluster(t, ep))
+	f.waitActive("a")
+	f.waitActive("extproc")
+	c := f.client(false)
+	get(t, c, f.url("/"), "x-kind", "anon")
+	if md := <-mds; len(md.Get("x-skewgate-credentials")) != 1 || md.Get("x-skewgate-credentials")[0] != "none" {
+		t.Errorf("anonymous route: stream metadata %v, want x-skewgate-credentials=none", md)
+	}
+	get(t, c, f.url("/"))
+	if md := <-mds; len(md.Get("x-skewgate-credentials")) != 0 {
+		t.Errorf("default route: stream metadata %v, want no override", md)
+	}
+	get(t, c, f.url("/"), "x-kind", "off")
+	if a.last().Header.Get("x-seen") != "" || len(mds) != 0 {
+		t.Error("disabled per route, but the processor was called")
 	}
 }

@@ -35,7 +35,7 @@ func (c *cluster) startHealthChecks(ctx context.Context) {
 	for _, h := range c.hosts {
 		i := h.sock
 		if crit != nil {
-			i = c.resolveSocket(&corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{transportSocketMatchKey: crit}})
+			i = c.resolveSocket(&corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{transportSocketMatchKey: crit}}, nil)
 		}
 		tr := c.newTransport(c.socket(i), http1)
 		scheme := "https"

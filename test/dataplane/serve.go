@@ -90,7 +90,9 @@ func applyHeaderMutationFilter(h http.Header, m *headermutationv3.HeaderMutation
 // extProcRequest runs an ext_proc filter's request_headers phase. It returns the stream when the
 // response_headers phase is still to run, and done when the request was answered here.
 // Fail-open (failure_mode_allow) on a gRPC error or message timeout leaves the request as it was,
-// on the route already chosen; without it Envoy answers 500 (gRPC error) or 504 (timeout).
+// on the route already chosen; without it Envoy answers status_on_error (default 500) for a gRPC
+// error and 504 for a message timeout (Filter::onGrpcError / onMessageTimeout; releases before
+// status_on_error answered 500 for both).
 func (d *DataPlane) extProcRequest(w http.ResponseWriter, r *http.Request, f filter, cache *routeCache, v *requestView) (*extProcStream, bool) {
 	pr := perRoute(cache.route(), f.name)
 	if pr.GetDisabled() {
@@ -161,8 +163,11 @@ func (d *DataPlane) extProcFailed(w http.ResponseWriter, r *http.Request, cfg *e
 		return false
 	}
 	code := http.StatusInternalServerError
+	if s := cfg.GetStatusOnError(); s != nil {
+		code = int(s.Code) // status_on_error, for gRPC errors
+	}
 	if errors.Is(err, errMessageTimeout) {
-		code = http.StatusGatewayTimeout
+		code = http.StatusGatewayTimeout // "_per-message_timeout_exceeded"
 	}
 	localReply(w, nil, code, "", "ext_proc_error: "+err.Error())
 	return true
