@@ -78,13 +78,16 @@ func finalizeRequestHeaders(h http.Header, rc *routev3.RouteConfiguration, e *ro
 // response phase of the streams still open.
 func (d *DataPlane) forward(w http.ResponseWriter, r *http.Request, ch *chain, e *routeEntry, streams []*extProcStream) {
 	upgrade := isUpgrade(r)
-	if upgrade && r.ProtoMajor == 1 {
-		// Everything after an upgrade request's headers is upgrade payload, held until the
-		// upstream accepts with 101 (runtime guard http_pause_generic_upgrade_request_body,
-		// source/common/router/upstream_request.cc); on any other answer it is never parsed as a
-		// request and the connection closes.
-		w.Header().Set("Connection", "close")
+	// Everything after an upgrade request's headers is upgrade payload, held until the upstream
+	// accepts with 101 (runtime guard http_pause_generic_upgrade_request_body,
+	// source/common/router/upstream_request.cc); on any other answer it is never parsed as a
+	// request: the connection closes after the answer.
+	refused := func() {
+		if upgrade && r.ProtoMajor == 1 {
+			w.Header().Set("Connection", "close")
+		}
 	}
+	refused()
 	if e == nil {
 		localReply(w, ch, http.StatusNotFound, "NR", "route_not_found")
 		return
@@ -122,6 +125,9 @@ func (d *DataPlane) forward(w http.ResponseWriter, r *http.Request, ch *chain, e
 		Transport:     rt,
 		FlushInterval: -1, // stream: watches and logs (route timeout 0s)
 		ModifyResponse: func(resp *http.Response) error {
+			if resp.StatusCode == http.StatusSwitchingProtocols {
+				w.Header().Del("Connection") // the 101 carries the upstream's Connection: upgrade
+			}
 			for i := len(streams) - 1; i >= 0; i-- { // encoder filters run in reverse order
 				if err := d.extProcResponse(streams[i], resp); err != nil {
 					return err
@@ -130,6 +136,7 @@ func (d *DataPlane) forward(w http.ResponseWriter, r *http.Request, ch *chain, e
 			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
+			refused()
 			var le *localError
 			switch {
 			case errors.As(err, &le):

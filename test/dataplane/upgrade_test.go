@@ -18,17 +18,18 @@ import (
 // rawUpstream is a TCP server that records every byte it receives and answers each request head
 // with 403 (keep-alive), as an apiserver refusing an upgrade would.
 type rawUpstream struct {
-	lis net.Listener
-	mu  sync.Mutex
-	got bytes.Buffer
+	lis    net.Listener
+	mu     sync.Mutex
+	got    bytes.Buffer
+	accept bool // answer 101 and echo what follows
 }
 
-func startRawUpstream(t *testing.T) *rawUpstream {
+func startRawUpstream(t *testing.T, accept bool) *rawUpstream {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	u := &rawUpstream{lis: lis}
+	u := &rawUpstream{lis: lis, accept: accept}
 	t.Cleanup(func() { lis.Close() })
 	go func() {
 		for {
@@ -49,6 +50,11 @@ func startRawUpstream(t *testing.T) *rawUpstream {
 					u.mu.Lock()
 					u.got.Write(b.Bytes())
 					u.mu.Unlock()
+					if u.accept {
+						io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n\r\n")
+						io.Copy(c, r) // echo the upgraded stream
+						return
+					}
 					io.WriteString(c, "HTTP/1.1 403 Forbidden\r\nContent-Length: 9\r\nContent-Type: text/plain\r\n\r\nforbidden")
 				}
 			}()
@@ -67,7 +73,7 @@ func (u *rawUpstream) received() string {
 // refuses are upgrade payload: held until a 101 that never comes, never parsed as a second request,
 // and the downstream connection closes after the refusal.
 func TestUpgradePayloadHeld(t *testing.T) {
-	u := startRawUpstream(t)
+	u := startRawUpstream(t, false)
 	upg := func(h *hcmv3.HttpConnectionManager) {
 		h.UpgradeConfigs = []*hcmv3.HttpConnectionManager_UpgradeConfig{{UpgradeType: "websocket"}, {UpgradeType: "spdy/3.1"}}
 	}
@@ -100,5 +106,36 @@ func TestUpgradePayloadHeld(t *testing.T) {
 	got := u.received()
 	if strings.Count(got, "HTTP/1.1\r\n") != 1 || strings.Contains(got, "/api/v1/secrets") || strings.Contains(got, "system:masters") {
 		t.Errorf("the upstream received:\n%s\nwant only the upgrade request", got)
+	}
+}
+
+// TestUpgradeAccepted: an accepted upgrade answers 101 with the upstream's Connection: Upgrade and
+// then carries bytes both ways.
+func TestUpgradeAccepted(t *testing.T) {
+	u := startRawUpstream(t, true)
+	upg := func(h *hcmv3.HttpConnectionManager) {
+		h.UpgradeConfigs = []*hcmv3.HttpConnectionManager_UpgradeConfig{{UpgradeType: "spdy/3.1"}}
+	}
+	f := startFront(t, Delta, listener(t, upg), routes(routeTo("default", "a")), plainCluster("a", u.lis.Addr().String()))
+	f.waitActive("a")
+	conn, err := tls.Dial("tcp", f.dp.Addr(), &tls.Config{RootCAs: f.pki.pool, ServerName: "front", NextProtos: []string{"http/1.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	io.WriteString(conn, "GET /exec HTTP/1.1\r\nHost: front\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n\r\n")
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols || !strings.EqualFold(resp.Header.Get("Connection"), "upgrade") {
+		t.Fatalf("%d Connection %q, want 101 with Connection: Upgrade", resp.StatusCode, resp.Header.Values("Connection"))
+	}
+	io.WriteString(conn, "ping")
+	buf := make([]byte, 4)
+	if _, err := io.ReadFull(br, buf); err != nil || string(buf) != "ping" {
+		t.Errorf("echo over the upgraded stream: %q %v", buf, err)
 	}
 }
