@@ -3,6 +3,7 @@ package dataplane
 import (
 	"context"
 	"fmt"
+	"go/build"
 	"strings"
 	"sync"
 	"testing"
@@ -102,5 +103,18 @@ func TestNewClusterWarms(t *testing.T) {
 	}
 	if b.count() != 0 {
 		t.Errorf("b got %d requests", b.count())
+	}
+}
+
+// TestNoProductImports: the stand-in shares no code with the system under test.
+func TestNoProductImports(t *testing.T) {
+	pkg, err := build.ImportDir(".", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, imp := range pkg.Imports {
+		if strings.HasPrefix(imp, "github.com/skewgate/skewgate/") {
+			t.Errorf("the test data plane imports %s", imp)
+		}
 	}
 }
