@@ -3,205 +3,71 @@ package dataplane
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // host is one endpoint of a cluster.
 type host struct {
-	addr string // host:port, or unix path for pipes
-	// healthy follows active health checking; hosts start unhealthy until their first check passes
-	// (Envoy: hosts of a cluster with health checks are not used before the first check,
-	// arch_overview/upstream/health_checking "initial health check").
-	healthy  atomic.Bool
-	active   atomic.Int64
-	failures int // consecutive failed checks; owned by the checker goroutine
+	addr   string // host:port, or unix:///path
+	tr     http.RoundTripper
+	scheme string
+	sock   int // index of the transport socket requests use (-1: transport_socket)
+	// healthy is the absence of FAILED_ACTIVE_HC. A host of a health-checked cluster starts
+	// failed and becomes healthy at its first passing check (health_checker_impl.cc:
+	// first_check_), so it carries no request before it was checked.
+	healthy atomic.Bool
+	ejected atomic.Bool // FAILED_OUTLIER_CHECK
+	active  atomic.Int64
+	checked atomic.Bool
+	// active health check state, owned by the host's checker goroutine
+	numHealthy, numUnhealthy int
+	od                       outlierHost
 }
+
+func (h *host) available() bool { return h.healthy.Load() && !h.ejected.Load() }
 
 // cluster is an upstream cluster built from a CDS resource.
 type cluster struct {
+	dp        *DataPlane
 	name      string
+	cfg       *clusterv3.Cluster
 	hosts     []*host
 	http1     bool
-	transport *http.Transport
-	tlsConfig *tls.Config // nil: plaintext
-	cancel    context.CancelFunc
+	sockets   []*tls.Config // transport_socket_matches, in order
+	deflt     *tls.Config   // transport_socket
 	hc        *corev3.HealthCheck
+	od        *outlier
+	traffic   atomic.Bool // a request was sent: health checks use interval, not no_traffic_interval
+	rr        atomic.Uint64
+	warmed    chan struct{}
+	warmOnce  sync.Once
+	pending   atomic.Int64 // hosts not checked yet
+	cancel    context.CancelFunc
+	grpcOnce  sync.Once
+	grpcConn  *grpc.ClientConn
+	grpcErr   error
+	transport []*http.Transport
 }
 
-// hostAddresses lists the endpoints of a cluster's load assignment.
-func hostAddresses(c *clusterv3.Cluster) ([]string, error) {
-	var out []string
-	for _, l := range c.GetLoadAssignment().GetEndpoints() {
-		for _, e := range l.LbEndpoints {
-			a := e.GetEndpoint().GetAddress()
-			switch {
-			case a.GetPipe() != nil:
-				out = append(out, "unix://"+a.GetPipe().Path)
-			case a.GetSocketAddress() != nil:
-				sa := a.GetSocketAddress()
-				out = append(out, net.JoinHostPort(sa.Address, strconv.Itoa(int(sa.GetPortValue()))))
-			default:
-				return nil, fmt.Errorf("cluster %s: unsupported endpoint address %v", c.Name, a)
-			}
-		}
-	}
-	return out, nil
-}
-
-// secretStore holds the secrets of the last SDS response. Secrets carry file paths; the files are
-// read at every TLS handshake, so a rotated file takes effect for new connections (Envoy watches
-// the directories of SDS-delivered file paths and reloads them: SDS key rotation).
-type secretStore struct {
-	m atomic.Pointer[map[string]*tlsv3.Secret]
-}
-
-func (s *secretStore) get(name string) (*tlsv3.Secret, error) {
-	if m := s.m.Load(); m != nil {
-		if sec, ok := (*m)[name]; ok {
-			return sec, nil
-		}
-	}
-	return nil, fmt.Errorf("secret %q not received (yet)", name)
-}
-
-// certSource returns the certificate of a CommonTlsContext: inline files or an SDS secret.
-func certSource(common *tlsv3.CommonTlsContext, secrets *secretStore) func() (*tls.Certificate, error) {
-	return func() (*tls.Certificate, error) {
-		var tc *tlsv3.TlsCertificate
-		switch {
-		case len(common.TlsCertificates) > 0:
-			tc = common.TlsCertificates[0]
-		case len(common.TlsCertificateSdsSecretConfigs) > 0:
-			sec, err := secrets.get(common.TlsCertificateSdsSecretConfigs[0].Name)
-			if err != nil {
-				return nil, err
-			}
-			tc = sec.GetTlsCertificate()
-		default:
-			return nil, nil
-		}
-		pair, err := tls.LoadX509KeyPair(tc.CertificateChain.GetFilename(), tc.PrivateKey.GetFilename())
-		return &pair, err
-	}
-}
-
-// caSource returns the trusted CAs and SAN matchers of a CommonTlsContext's validation: inline, SDS,
-// or combined (SAN matchers inline, CA by SDS). ok is false without any validation.
-func caSource(common *tlsv3.CommonTlsContext, secrets *secretStore) (pool func() (*x509.CertPool, error), sans []string, ok bool) {
-	var inline *tlsv3.CertificateValidationContext
-	var sds string
-	switch v := common.ValidationContextType.(type) {
-	case *tlsv3.CommonTlsContext_ValidationContext:
-		inline = v.ValidationContext
-	case *tlsv3.CommonTlsContext_ValidationContextSdsSecretConfig:
-		sds = v.ValidationContextSdsSecretConfig.Name
-	case *tlsv3.CommonTlsContext_CombinedValidationContext:
-		inline, sds = v.CombinedValidationContext.DefaultValidationContext, v.CombinedValidationContext.GetValidationContextSdsSecretConfig().GetName()
-	default:
-		return nil, nil, false
-	}
-	for _, m := range inline.GetMatchTypedSubjectAltNames() {
-		sans = append(sans, m.Matcher.GetExact())
-	}
-	return func() (*x509.CertPool, error) {
-		path := inline.GetTrustedCa().GetFilename()
-		if sds != "" {
-			sec, err := secrets.get(sds)
-			if err != nil {
-				return nil, err
-			}
-			path = sec.GetValidationContext().GetTrustedCa().GetFilename()
-		}
-		pemData, err := os.ReadFile(path)
-		if err != nil {
-			return nil, err
-		}
-		p := x509.NewCertPool()
-		if !p.AppendCertsFromPEM(pemData) {
-			return nil, fmt.Errorf("%s: no CA certificate", path)
-		}
-		return p, nil
-	}, sans, true
-}
-
-// upstreamTLS builds the client TLS config of an UpstreamTlsContext (envoy.transport_sockets.tls):
-// CA and SAN matchers from the validation context, SNI, client certificate, ALPN.
-func upstreamTLS(ts *corev3.TransportSocket, secrets *secretStore) (*tls.Config, error) {
-	if ts == nil {
-		return nil, nil
-	}
-	var ctx tlsv3.UpstreamTlsContext
-	if err := ts.GetTypedConfig().UnmarshalTo(&ctx); err != nil {
-		return nil, err
-	}
-	common := ctx.CommonTlsContext
-	cfg := &tls.Config{ServerName: ctx.Sni, NextProtos: common.AlpnProtocols, MinVersion: tls.VersionTLS12}
-	if common.GetTlsParams().GetTlsMinimumProtocolVersion() == tlsv3.TlsParameters_TLSv1_3 {
-		cfg.MinVersion = tls.VersionTLS13
-	}
-	cert := certSource(common, secrets)
-	cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
-		c, err := cert()
-		if c == nil && err == nil {
-			return &tls.Certificate{}, nil
-		}
-		return c, err
-	}
-	pool, sans, ok := caSource(common, secrets)
-	if !ok {
-		return nil, errors.New("upstream TLS without a validation context: skewgate always verifies")
-	}
-	// Envoy verifies the chain against trusted_ca and the SAN only against
-	// match_typed_subject_alt_names (not against SNI); Go verifies against ServerName, so verify
-	// the chain ourselves and then every listed SAN.
-	cfg.InsecureSkipVerify = true
-	cfg.VerifyConnection = func(cs tls.ConnectionState) error {
-		roots, err := pool()
-		if err != nil {
-			return err
-		}
-		if len(cs.PeerCertificates) == 0 {
-			return errors.New("no server certificate")
-		}
-		inter := x509.NewCertPool()
-		for _, c := range cs.PeerCertificates[1:] {
-			inter.AddCert(c)
-		}
-		leaf := cs.PeerCertificates[0]
-		if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter}); err != nil {
-			return err
-		}
-		if len(sans) == 0 {
-			return nil
-		}
-		for _, s := range sans {
-			if leaf.VerifyHostname(s) == nil {
-				return nil
-			}
-		}
-		return fmt.Errorf("certificate SANs %v %v match none of %v", leaf.DNSNames, leaf.IPAddresses, sans)
-	}
-	return cfg, nil
-}
-
+// isHTTP1: the upstream protocol is HTTP/1.1 unless explicit_http_config selects HTTP/2 (Envoy's
+// default upstream protocol is HTTP/1.1).
 func isHTTP1(c *clusterv3.Cluster) (bool, error) {
 	a, ok := c.TypedExtensionProtocolOptions["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]
 	if !ok {
-		return true, nil // Envoy's default upstream protocol is HTTP/1.1
+		return true, nil
 	}
 	var o httpv3.HttpProtocolOptions
 	if err := a.UnmarshalTo(&o); err != nil {
@@ -210,52 +76,132 @@ func isHTTP1(c *clusterv3.Cluster) (bool, error) {
 	return o.GetExplicitHttpConfig().GetHttp2ProtocolOptions() == nil, nil
 }
 
-func newCluster(c *clusterv3.Cluster, old *cluster, secrets *secretStore) (*cluster, error) {
-	addrs, err := hostAddresses(c)
-	if err != nil {
-		return nil, err
-	}
-	h1, err := isHTTP1(c)
-	if err != nil {
-		return nil, err
-	}
-	tc, err := upstreamTLS(c.TransportSocket, secrets)
-	if err != nil {
-		return nil, fmt.Errorf("cluster %s: %w", c.Name, err)
-	}
-	cl := &cluster{name: c.Name, http1: h1, tlsConfig: tc}
-	if len(c.HealthChecks) > 0 {
-		cl.hc = c.HealthChecks[0]
-	}
-	for _, a := range addrs {
-		h := &host{addr: a}
-		h.healthy.Store(cl.hc == nil)
-		if old != nil {
-			// A cluster update keeps the health of hosts it still has (Envoy carries host health
-			// across cluster updates for hosts that remain).
-			for _, oh := range old.hosts {
-				if oh.addr == a {
-					h.healthy.Store(oh.healthy.Load())
-				}
+// transportSocketMatchKey is the filter metadata namespace transport_socket_matches match on.
+const transportSocketMatchKey = "envoy.transport_socket_match"
+
+// resolveSocket is TransportSocketMatcherImpl::resolve (source/common/upstream/
+// transport_socket_match_impl.cc, legacy metadata matching): the first entry of
+// transport_socket_matches whose every match field equals the value under
+// envoy.transport_socket_match in the endpoint's metadata, else the first that so matches the
+// locality's metadata (an entry with an empty match matches anything: metadataLabelMatch);
+// otherwise the cluster's transport_socket. -1 is the default.
+func (c *cluster) resolveSocket(endpoint, locality *corev3.Metadata) int {
+	for _, md := range []*corev3.Metadata{endpoint, locality} {
+		fields := md.GetFilterMetadata()[transportSocketMatchKey].GetFields()
+		for i, m := range c.cfg.TransportSocketMatches {
+			if labelMatch(m.GetMatch(), fields) {
+				return i
 			}
 		}
-		cl.hosts = append(cl.hosts, h)
 	}
+	return -1
+}
+
+func labelMatch(want *structpb.Struct, have map[string]*structpb.Value) bool {
+	for k, v := range want.GetFields() {
+		got, ok := have[k]
+		if !ok || got.String() != v.String() {
+			return false
+		}
+	}
+	return true
+}
+
+func (c *cluster) socket(i int) *tls.Config {
+	if i < 0 {
+		return c.deflt
+	}
+	return c.sockets[i]
+}
+
+func (c *cluster) newTransport(tc *tls.Config, http1 bool) *http.Transport {
+	d := &net.Dialer{Timeout: durationOr(c.cfg.ConnectTimeout.AsDuration(), 5*time.Second), KeepAlive: 30 * time.Second}
 	tr := &http.Transport{
-		TLSClientConfig:     tc,
-		DialContext:         (&net.Dialer{Timeout: durationOr(c.ConnectTimeout.AsDuration(), 5*time.Second), KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConnsPerHost: 100,
-		IdleConnTimeout:     time.Hour,
+		TLSClientConfig: tc, MaxIdleConnsPerHost: 100, IdleConnTimeout: time.Hour,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if p, ok := strings.CutPrefix(addr, "unix:"); ok {
+				return d.DialContext(ctx, "unix", strings.TrimSuffix(p, ":0"))
+			}
+			return d.DialContext(ctx, network, addr)
+		},
 	}
 	p := new(http.Protocols)
-	if h1 {
+	switch {
+	case http1:
 		p.SetHTTP1(true)
-	} else {
+	case tc == nil:
+		p.SetUnencryptedHTTP2(true)
+	default:
 		p.SetHTTP2(true)
 	}
 	tr.Protocols = p
-	cl.transport = tr
-	return cl, nil
+	c.transport = append(c.transport, tr)
+	return tr
+}
+
+func newCluster(d *DataPlane, cfg *clusterv3.Cluster) (*cluster, error) {
+	h1, err := isHTTP1(cfg)
+	if err != nil {
+		return nil, err
+	}
+	c := &cluster{dp: d, name: cfg.Name, cfg: cfg, http1: h1, warmed: make(chan struct{})}
+	if c.deflt, err = upstreamTLS(cfg.TransportSocket, d.secrets); err != nil {
+		return nil, fmt.Errorf("cluster %s: %w", cfg.Name, err)
+	}
+	for _, m := range cfg.TransportSocketMatches {
+		tc, err := upstreamTLS(m.TransportSocket, d.secrets)
+		if err != nil {
+			return nil, fmt.Errorf("cluster %s transport_socket_matches %s: %w", cfg.Name, m.Name, err)
+		}
+		c.sockets = append(c.sockets, tc)
+	}
+	if len(cfg.HealthChecks) > 1 {
+		return nil, fmt.Errorf("cluster %s: one health check at most", cfg.Name)
+	}
+	if len(cfg.HealthChecks) == 1 {
+		c.hc = cfg.HealthChecks[0]
+		if c.hc.GetHttpHealthCheck() == nil {
+			return nil, fmt.Errorf("cluster %s: only HTTP health checks are supported", cfg.Name)
+		}
+	}
+	if cfg.OutlierDetection != nil {
+		c.od = newOutlier(c, cfg.OutlierDetection)
+	}
+	if t := cfg.GetType(); t != clusterv3.Cluster_STATIC && t != clusterv3.Cluster_STRICT_DNS {
+		return nil, fmt.Errorf("cluster %s: type %v is not supported", cfg.Name, t)
+	}
+	byIndex := map[int]*http.Transport{}
+	for _, l := range cfg.GetLoadAssignment().GetEndpoints() {
+		for _, e := range l.LbEndpoints {
+			a := e.GetEndpoint().GetAddress()
+			h := &host{scheme: "https"}
+			switch {
+			case a.GetPipe() != nil:
+				h.addr = "unix:" + a.GetPipe().Path
+			case a.GetSocketAddress() != nil:
+				sa := a.GetSocketAddress()
+				h.addr = net.JoinHostPort(sa.Address, strconv.Itoa(int(sa.GetPortValue())))
+			default:
+				return nil, fmt.Errorf("cluster %s: unsupported endpoint address %v", cfg.Name, a)
+			}
+			// Requests use the socket the endpoint's (and locality's) metadata selects.
+			i := c.resolveSocket(e.GetMetadata(), l.GetMetadata())
+			if byIndex[i] == nil {
+				byIndex[i] = c.newTransport(c.socket(i), h1)
+			}
+			h.tr, h.sock = byIndex[i], i
+			if c.socket(i) == nil {
+				h.scheme = "http"
+			}
+			h.healthy.Store(c.hc == nil)
+			c.hosts = append(c.hosts, h)
+		}
+	}
+	c.pending.Store(int64(len(c.hosts)))
+	if c.hc == nil || len(c.hosts) == 0 {
+		c.warmOnce.Do(func() { close(c.warmed) })
+	}
+	return c, nil
 }
 
 func durationOr(d, def time.Duration) time.Duration {
@@ -265,47 +211,13 @@ func durationOr(d, def time.Duration) time.Duration {
 	return d
 }
 
-// start runs active health checks: GET path with Host set, healthy on 200, unhealthy after
-// unhealthy_threshold failures, healthy again after healthy_threshold successes
-// (config/core/v3 HealthCheck; no_traffic_interval equals interval in skewgate's config).
 func (c *cluster) start(ctx context.Context) {
 	ctx, c.cancel = context.WithCancel(ctx)
-	if c.hc == nil {
-		return
+	if c.hc != nil {
+		c.startHealthChecks(ctx)
 	}
-	hh := c.hc.GetHttpHealthCheck()
-	interval := durationOr(c.hc.Interval.AsDuration(), time.Second)
-	timeout := durationOr(c.hc.Timeout.AsDuration(), time.Second)
-	unhealthy := int(c.hc.GetUnhealthyThreshold().GetValue())
-	client := &http.Client{Transport: c.transport, Timeout: timeout}
-	for _, h := range c.hosts {
-		go func() {
-			t := time.NewTicker(interval)
-			defer t.Stop()
-			for {
-				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+h.addr+hh.Path, nil)
-				req.Host = hh.Host
-				for _, o := range hh.RequestHeadersToAdd {
-					setHeader(req.Header, o.Header.Key, o.Header.Value, o.AppendAction)
-				}
-				resp, err := client.Do(req)
-				ok := err == nil && resp.StatusCode == http.StatusOK
-				if resp != nil {
-					resp.Body.Close()
-				}
-				if ok {
-					h.failures = 0
-					h.healthy.Store(true)
-				} else if h.failures++; h.failures >= unhealthy || !h.healthy.Load() {
-					h.healthy.Store(false)
-				}
-				select {
-				case <-ctx.Done():
-					return
-				case <-t.C:
-				}
-			}
-		}()
+	if c.od != nil {
+		go c.od.run(ctx)
 	}
 }
 
@@ -313,32 +225,11 @@ func (c *cluster) stop() {
 	if c.cancel != nil {
 		c.cancel()
 	}
-	c.transport.CloseIdleConnections()
-}
-
-// pick chooses the healthy host with the fewest active requests, skipping tried ones. With
-// healthy_panic_threshold 0 an unhealthy host is never chosen (arch_overview/upstream/load_balancing/panic_threshold).
-func (c *cluster) pick(tried map[*host]bool) *host {
-	var best *host
-	for _, h := range c.hosts {
-		if !h.healthy.Load() || tried[h] {
-			continue
-		}
-		if best == nil || h.active.Load() < best.active.Load() {
-			best = h
-		}
+	for _, t := range c.transport {
+		t.CloseIdleConnections()
 	}
-	return best
-}
-
-// clusters is the cluster manager: the clusters of the last accepted CDS response.
-type clusters struct {
-	mu sync.RWMutex
-	m  map[string]*cluster
-}
-
-func (cs *clusters) get(name string) *cluster {
-	cs.mu.RLock()
-	defer cs.mu.RUnlock()
-	return cs.m[name]
+	if c.grpcConn != nil {
+		conn := c.grpcConn
+		time.AfterFunc(time.Minute, func() { conn.Close() }) // let in-flight ext_proc calls end
+	}
 }

@@ -1,25 +1,31 @@
-// Package dataplane is a small HTTP data plane for tests and the local demo on machines where no
-// Envoy binary can be installed. It is never shipped as part of skewgate.
+// Package dataplane is the test data plane: a Go stand-in for Envoy, for tests and the local demo
+// on machines where no Envoy binary can be installed. It is never shipped, and it shares no code
+// with skewgate: it reads the xDS resources it receives on its own. Everything it logs says it
+// stands in for Envoy, with the seed of its random choices (Config.Seed; 0 picks and logs one).
 //
-// It subscribes to skewgate's xDS server over ADS like an Envoy (clusters, then listeners, then
-// routes; every response ACKed or NACKed) and implements Envoy's documented behaviour for exactly the
-// resources skewgate serves, and nothing else:
+// It must never be kinder than Envoy. Each Envoy behaviour the tests depend on follows Envoy's
+// source, not its docs; CONFORMANCE.md beside this file lists every one with the Envoy source file,
+// the releases it holds at, and the test here that shows it. In short:
 //
-//   - listener: TLS with the configured certificate, client certificates requested and verified when a
-//     validation context is set (DownstreamTlsContext), ALPN h2 and http/1.1;
-//   - HTTP connection manager: normalize_path and merge_slashes, headers_with_underscores_action,
-//     use_remote_address, forward_client_cert_details SANITIZE_SET with the URL-encoded PEM, the route
-//     chosen before the filters run and re-chosen only when a filter clears the route cache;
-//   - http filters in order: header_mutation, ext_proc (header-only, message_timeout,
-//     failure_mode_allow, forward_rules, mutation_rules, clear_route_cache only with a header
-//     mutation), router;
-//   - routes: prefix and header matchers (present, exact, safe_regex), cluster and cluster_header with
-//     cluster_not_found_response_code, retries on connect-failure and refused-stream to other hosts;
-//   - clusters: STATIC and STRICT_DNS endpoints, upstream TLS (CA, SNI, SAN match, client
-//     certificate), HTTP/2 or HTTP/1.1 from the explicit protocol options, active /readyz health
-//     checks with thresholds, healthy_panic_threshold 0, least-request host choice;
-//   - upgrades (websocket, spdy/3.1) and streaming responses (watches) with no route timeout.
-//
-// Each behaviour cites the Envoy documentation or source it copies. Outlier detection and circuit
-// breakers are accepted but not enforced: no test depends on them.
+//   - xDS: ADS over delta (default, as skewgate's bootstrap) or SotW; node with user_agent_name
+//     "envoy" and user_agent_build_version (Config.EnvoyVersion); CDS, then LDS, RDS and SDS by name.
+//   - Connection manager: underscore headers per headers_with_underscores_action (400 + close on
+//     HTTP/1, stream reset on HTTP/2); path normalization; XFF appended with use_remote_address;
+//     internal_only_headers removed from non-internal requests (internal_address_config, none by
+//     default) before the route is chosen; XFCC SANITIZE_SET; the route, and a cluster_header
+//     cluster, fixed before the first filter and re-matched only after a filter cleared the cache.
+//   - header_mutation never clears the route cache. ext_proc clears it only for a header mutation
+//     with clear_route_cache; fail-open keeps the route; reads only the deprecated append
+//     BoolValue; mutation_rules as the shared Checker; rejected mutations answer 500;
+//     ImmediateResponse; allow_mode_override with the response_headers phase; per-route overrides.
+//   - Router: NC with cluster_not_found_response_code for unknown or warming clusters;
+//     request_headers_to_remove/add at forwarding; retries only for the route's retry_on, with
+//     previous_hosts; generic upgrade payload held until 101 (a refused upgrade closes the
+//     connection); local_reply_config mappers by response flag.
+//   - Clusters: warming until every host had its first health check; HTTP health checks with
+//     Envoy's thresholds over the socket transport_socket_match_criteria selects; outlier detection
+//     on consecutive local-origin and gateway failures; least-request P2C with random ties;
+//     healthy_panic_threshold; upstream TLS verified against trusted_ca and SAN matchers.
+//   - Secrets: SDS files read on arrival and again only on a move into the watched path; inline
+//     certificates never reload.
 package dataplane

@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -10,133 +11,225 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/known/anypb"
 )
 
-// extProcFilter is one configured ext_proc filter and its gRPC connection to the processor cluster.
-type extProcFilter struct {
-	cfg    *extprocfilterv3.ExternalProcessor
-	client extprocv3.ExternalProcessorClient
-	conn   *grpc.ClientConn
+// errMessageTimeout is ext_proc's message_timeout firing (Filter::onMessageTimeout).
+var errMessageTimeout = errors.New("ext_proc message timeout")
+
+// grpcConn is the cluster's gRPC channel (envoy_grpc), dialled at first use.
+func (c *cluster) grpcClient() (*grpc.ClientConn, error) {
+	c.grpcOnce.Do(func() {
+		if len(c.hosts) == 0 {
+			c.grpcErr = fmt.Errorf("cluster %s has no endpoint", c.name)
+			return
+		}
+		creds := insecure.NewCredentials()
+		if c.deflt != nil {
+			tc := c.deflt.Clone()
+			tc.NextProtos = []string{"h2"}
+			creds = credentials.NewTLS(tc)
+		}
+		c.grpcConn, c.grpcErr = grpc.NewClient(c.hosts[0].addr, grpc.WithTransportCredentials(creds))
+	})
+	if c.grpcConn == nil && c.grpcErr == nil {
+		return nil, fmt.Errorf("cluster %s was removed", c.name)
+	}
+	return c.grpcConn, c.grpcErr
 }
 
-func dialProcessor(c *cluster) (*grpc.ClientConn, error) {
-	if len(c.hosts) == 0 {
-		return nil, fmt.Errorf("ext_proc cluster %s has no endpoint", c.name)
-	}
-	creds := insecure.NewCredentials()
-	if c.tlsConfig != nil {
-		tc := c.tlsConfig.Clone()
-		tc.NextProtos = []string{"h2"}
-		creds = credentials.NewTLS(tc)
-	}
-	return grpc.NewClient(c.hosts[0].addr, grpc.WithTransportCredentials(creds))
+// extProcStream is one HTTP request's ext_proc stream with its effective processing mode.
+type extProcStream struct {
+	cfg     *extprocfilterv3.ExternalProcessor
+	stream  extprocv3.ExternalProcessor_ProcessClient
+	cancel  context.CancelFunc
+	timeout time.Duration
+	mode    *extprocfilterv3.ProcessingMode
 }
 
-// headerMap is what Envoy sends to the processor: pseudo-headers, then every request header as
-// raw_value, lower-case keys, minus those forward_rules disallow (filters/http/ext_proc/v3
-// HeaderForwardingRules).
-func (f *extProcFilter) headerMap(v *requestView) *corev3.HeaderMap {
+// perRoute is the route's ExtProcPerRoute under the filter's name (typed_per_filter_config of the
+// route, else of the virtual host): disabled, or overrides (grpc_initial_metadata merged into the
+// stream's initial metadata, processing_mode).
+func perRoute(e *routeEntry, name string) *extprocfilterv3.ExtProcPerRoute {
+	if e == nil {
+		return nil
+	}
+	for _, m := range []map[string]*anypb.Any{e.route.GetTypedPerFilterConfig(), e.vhost.GetTypedPerFilterConfig()} {
+		if a, ok := m[name]; ok {
+			var pr extprocfilterv3.ExtProcPerRoute
+			if a.UnmarshalTo(&pr) == nil {
+				return &pr
+			}
+		}
+	}
+	return nil
+}
+
+// openExtProc starts the stream on the filter's cluster; a missing cluster or a failed start is a
+// gRPC error (fail-open with failure_mode_allow).
+func (d *DataPlane) openExtProc(ctx context.Context, cfg *extprocfilterv3.ExternalProcessor, pr *extprocfilterv3.ExtProcPerRoute) (*extProcStream, error) {
+	c := d.clusters.get(cfg.GetGrpcService().GetEnvoyGrpc().GetClusterName())
+	if c == nil {
+		return nil, errors.New("ext_proc cluster not found")
+	}
+	conn, err := c.grpcClient()
+	if err != nil {
+		return nil, err
+	}
+	md := []string{}
+	for _, h := range cfg.GetGrpcService().GetInitialMetadata() {
+		md = append(md, h.Key, h.Value)
+	}
+	for _, h := range pr.GetOverrides().GetGrpcInitialMetadata() {
+		md = append(md, h.Key, h.Value)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	if len(md) > 0 {
+		ctx = metadata.AppendToOutgoingContext(ctx, md...)
+	}
+	stream, err := extprocv3.NewExternalProcessorClient(conn).Process(ctx)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	mode := cfg.GetProcessingMode()
+	if m := pr.GetOverrides().GetProcessingMode(); m != nil {
+		mode = m
+	}
+	if mode == nil {
+		mode = &extprocfilterv3.ProcessingMode{}
+	}
+	timeout := durationOr(cfg.MessageTimeout.AsDuration(), 200*time.Millisecond) // default message_timeout
+	return &extProcStream{cfg: cfg, stream: stream, cancel: cancel, timeout: timeout, mode: mode}, nil
+}
+
+// exchange sends one message and waits message_timeout for the answer.
+func (s *extProcStream) exchange(req *extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error) {
+	if err := s.stream.Send(req); err != nil {
+		return nil, err
+	}
+	type result struct {
+		resp *extprocv3.ProcessingResponse
+		err  error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		r, err := s.stream.Recv()
+		ch <- result{r, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.resp, r.err
+	case <-time.After(s.timeout):
+		s.cancel()
+		return nil, errMessageTimeout
+	}
+}
+
+// close ends the stream (Envoy closes it once no further message is expected).
+func (s *extProcStream) close() {
+	s.stream.CloseSend()
+	s.cancel()
+}
+
+// sendResponseHeaders: the response_headers phase runs unless the effective mode skips it; the
+// mode's DEFAULT means SEND (DecodingProcessorState / EncodingProcessorState::
+// setProcessingModeInternal).
+func (s *extProcStream) sendResponseHeaders() bool {
+	return s.mode.GetResponseHeaderMode() != extprocfilterv3.ProcessingMode_SKIP
+}
+
+// overrideMode applies ProcessingResponse.mode_override on a headers response when
+// allow_mode_override is set (and, if allowed_override_modes is set, the override is listed); the
+// override replaces the whole mode (Filter::onReceiveMessage).
+func (s *extProcStream) overrideMode(resp *extprocv3.ProcessingResponse) {
+	mo := resp.GetModeOverride()
+	if mo == nil || !s.cfg.GetAllowModeOverride() {
+		return
+	}
+	if allowed := s.cfg.GetAllowedOverrideModes(); len(allowed) > 0 {
+		ok := false
+		for _, a := range allowed {
+			if a.GetRequestHeaderMode() == mo.GetRequestHeaderMode() && a.GetResponseHeaderMode() == mo.GetResponseHeaderMode() &&
+				a.GetRequestBodyMode() == mo.GetRequestBodyMode() && a.GetResponseBodyMode() == mo.GetResponseBodyMode() &&
+				a.GetRequestTrailerMode() == mo.GetRequestTrailerMode() && a.GetResponseTrailerMode() == mo.GetResponseTrailerMode() {
+				ok = true
+			}
+		}
+		if !ok {
+			return
+		}
+	}
+	s.mode = mo
+}
+
+// headerMap is what Envoy sends: pseudo-headers, then each header as raw_value with a lower-case
+// key, minus those forward_rules exclude (MutationUtils::headersToProto).
+func headerMap(pseudo [][2]string, h http.Header, rules *extprocfilterv3.HeaderForwardingRules) *corev3.HeaderMap {
 	hm := &corev3.HeaderMap{}
-	add := func(k, val string) {
-		hm.Headers = append(hm.Headers, &corev3.HeaderValue{Key: k, RawValue: []byte(val)})
+	add := func(k, v string) {
+		hm.Headers = append(hm.Headers, &corev3.HeaderValue{Key: k, RawValue: []byte(v)})
 	}
-	add(":authority", v.authority)
-	add(":path", v.path)
-	add(":method", v.method)
-	add(":scheme", v.scheme)
-	for k, vals := range v.header {
+	for _, p := range pseudo {
+		add(p[0], p[1])
+	}
+	for k, vals := range h {
 		lk := strings.ToLower(k)
-		if !f.forwarded(lk) {
+		if !forwarded(lk, rules) {
 			continue
 		}
-		for _, val := range vals {
-			add(lk, val)
+		for _, v := range vals {
+			add(lk, v)
 		}
 	}
 	return hm
 }
 
-func (f *extProcFilter) forwarded(k string) bool {
-	for _, m := range f.cfg.GetForwardRules().GetDisallowedHeaders().GetPatterns() {
-		if e := m.GetExact(); e != "" && (k == e || (m.IgnoreCase && strings.EqualFold(k, e))) {
-			return false
-		}
+// forwarded is MutationUtils::headerCanBeForwarded: never if disallowed; else if allowed_headers is
+// set only those.
+func forwarded(k string, rules *extprocfilterv3.HeaderForwardingRules) bool {
+	if stringMatchAny(rules.GetDisallowedHeaders().GetPatterns(), k) {
+		return false
 	}
-	return true
+	allowed := rules.GetAllowedHeaders().GetPatterns()
+	return len(allowed) == 0 || stringMatchAny(allowed, k)
 }
 
-// call sends request_headers and waits up to message_timeout for the answer. Envoy >= 1.37 closes
-// the stream after the last needed response; this data plane does the same.
-func (f *extProcFilter) call(ctx context.Context, v *requestView, md []string) (*extprocv3.ProcessingResponse, error) {
-	timeout := f.cfg.MessageTimeout.AsDuration()
-	if timeout <= 0 {
-		timeout = 200 * time.Millisecond // Envoy's default message_timeout
+func stringMatchAny(ms []*matcherv3.StringMatcher, s string) bool {
+	for _, m := range ms {
+		v := s
+		if m.IgnoreCase {
+			v = strings.ToLower(s)
+		}
+		lc := func(p string) string {
+			if m.IgnoreCase {
+				return strings.ToLower(p)
+			}
+			return p
+		}
+		switch {
+		case m.GetExact() != "" && v == lc(m.GetExact()):
+			return true
+		case m.GetPrefix() != "" && strings.HasPrefix(v, lc(m.GetPrefix())):
+			return true
+		case m.GetSafeRegex() != nil && fullMatch(m.GetSafeRegex().Regex, s):
+			return true
+		}
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	if len(md) > 0 {
-		ctx = metadata.AppendToOutgoingContext(ctx, md...)
-	}
-	stream, err := f.client.Process(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if err := stream.Send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
-		RequestHeaders: &extprocv3.HttpHeaders{Headers: f.headerMap(v), EndOfStream: v.method == http.MethodGet || v.method == http.MethodHead},
-	}}); err != nil {
-		return nil, err
-	}
-	resp, err := stream.Recv()
-	if err != nil {
-		return nil, err
-	}
-	stream.CloseSend()
-	return resp, nil
+	return false
 }
 
-// systemHeader: what mutation_rules.disallow_system forbids (":"-headers and host).
-func systemHeader(k string) bool { return strings.HasPrefix(k, ":") || strings.EqualFold(k, "host") }
-
-// applyMutation applies an ext_proc HeaderMutation: removals, then sets with their append action
-// (Envoy's ext_proc MutationUtils::applyHeaderMutations handles remove_headers before set_headers).
-func applyMutation(h http.Header, m *extprocv3.HeaderMutation, rules bool) error {
-	for _, k := range m.GetRemoveHeaders() {
-		if rules && systemHeader(k) {
-			return fmt.Errorf("mutation of %s disallowed", k)
-		}
-		h.Del(k)
+// immediateStatus is the ImmediateResponse status: 200 when unset or not a valid final status
+// (MutationUtils::isValidHttpStatus: >= 200).
+func immediateStatus(ir *extprocv3.ImmediateResponse) int {
+	code := int(ir.GetStatus().GetCode())
+	if ir.GetStatus() == nil || code < 200 {
+		return 200
 	}
-	for _, o := range m.GetSetHeaders() {
-		k := o.GetHeader().GetKey()
-		if rules && systemHeader(k) {
-			return fmt.Errorf("mutation of %s disallowed", k)
-		}
-		val := string(o.GetHeader().GetRawValue())
-		if val == "" {
-			val = o.GetHeader().GetValue()
-		}
-		setHeader(h, k, val, o.AppendAction)
-	}
-	return nil
-}
-
-func setHeader(h http.Header, k, val string, action corev3.HeaderValueOption_HeaderAppendAction) {
-	switch action {
-	case corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD:
-		h.Set(k, val)
-	case corev3.HeaderValueOption_ADD_IF_ABSENT:
-		if h.Get(k) == "" {
-			h.Set(k, val)
-		}
-	case corev3.HeaderValueOption_OVERWRITE_IF_EXISTS:
-		if h.Get(k) != "" {
-			h.Set(k, val)
-		}
-	default: // APPEND_IF_EXISTS_OR_ADD
-		h.Add(k, val)
-	}
+	return code
 }

@@ -1,6 +1,8 @@
 package dataplane
 
 import (
+	"errors"
+	"fmt"
 	"net/http"
 	"regexp"
 	"strings"
@@ -52,10 +54,61 @@ func fullMatch(re, s string) bool {
 	return r.MatchString(s)
 }
 
+// routeEntry is a matched route. The cluster of a cluster_header route is read from the request
+// headers when the route is matched (RouteEntryImplBase::clusterEntry builds a dynamic route entry
+// from HeaderClusterSpecifierPlugin::route, source/common/router/config_impl.cc and
+// header_cluster_specifier.cc): a later change of the header does not move the request unless the
+// route cache is cleared and the route matched again. A missing header names no cluster.
+type routeEntry struct {
+	vhost   *routev3.VirtualHost
+	route   *routev3.Route
+	cluster string
+}
+
+// routeCache is the connection manager's cached route of one stream: matched against the route
+// configuration snapped when the request arrived, re-matched only at the next route() after a
+// filter cleared the cache (ActiveStream::refreshCachedRoute / clearRouteCache in
+// source/common/http/conn_manager_impl.cc).
+type routeCache struct {
+	rc      *routev3.RouteConfiguration
+	view    *requestView
+	entry   *routeEntry
+	valid   bool
+	matches int // how often the route was matched, for tests
+}
+
+func (rc *routeCache) route() *routeEntry {
+	if !rc.valid {
+		rc.entry, rc.valid = matchRoute(rc.rc, rc.view), true
+		rc.matches++
+	}
+	return rc.entry
+}
+
+func (rc *routeCache) clear() { rc.valid = false }
+
+// checkRoute rejects route features the data plane does not implement, so that a config relying on
+// them fails loudly (NACK) instead of being served differently.
+func checkRoute(r *routev3.Route) error {
+	if _, ok := r.Match.GetPathSpecifier().(*routev3.RouteMatch_Prefix); !ok {
+		return errors.New("only prefix path matches are supported")
+	}
+	for _, h := range r.Match.Headers {
+		switch h.HeaderMatchSpecifier.(type) {
+		case *routev3.HeaderMatcher_PresentMatch, *routev3.HeaderMatcher_StringMatch:
+		default:
+			return fmt.Errorf("header matcher %s: only present_match and string_match are supported", h.Name)
+		}
+	}
+	if r.GetRoute() == nil {
+		return errors.New("only route actions are supported")
+	}
+	return nil
+}
+
 // matchRoute returns the first route whose match accepts the request (Envoy: routes are matched in
-// order, first match wins; config/route/v3 VirtualHost.routes). Only the matchers skewgate emits are
-// understood; any other matcher does not match.
-func matchRoute(rc *routev3.RouteConfiguration, v *requestView) *routev3.Route {
+// order, first match wins; config/route/v3 VirtualHost.routes).
+func matchRoute(rc *routev3.RouteConfiguration, v *requestView) *routeEntry {
 	if rc == nil {
 		return nil
 	}
@@ -63,42 +116,64 @@ func matchRoute(rc *routev3.RouteConfiguration, v *requestView) *routev3.Route {
 		if !domainMatches(vh.Domains, v.authority) {
 			continue
 		}
-	routes:
 		for _, r := range vh.Routes {
-			m := r.Match
-			switch p := m.PathSpecifier.(type) {
-			case *routev3.RouteMatch_Prefix:
-				if !strings.HasPrefix(v.path, p.Prefix) {
-					continue
+			if routeMatches(r, v) {
+				e := &routeEntry{vhost: vh, route: r, cluster: r.GetRoute().GetCluster()}
+				if hdr := r.GetRoute().GetClusterHeader(); hdr != "" {
+					e.cluster, _ = v.get(hdr)
 				}
-			default:
-				continue
+				return e
 			}
-			for _, h := range m.Headers {
-				val, ok := v.get(h.Name)
-				var matched bool
-				switch spec := h.HeaderMatchSpecifier.(type) {
-				case *routev3.HeaderMatcher_PresentMatch:
-					matched = ok == spec.PresentMatch
-				case *routev3.HeaderMatcher_StringMatch:
-					if !ok {
-						break
-					}
-					switch {
-					case spec.StringMatch.GetSafeRegex() != nil:
-						matched = fullMatch(spec.StringMatch.GetSafeRegex().Regex, val)
-					case spec.StringMatch.GetExact() != "":
-						matched = val == spec.StringMatch.GetExact()
-					}
-				}
-				if matched == h.InvertMatch {
-					continue routes
-				}
-			}
-			return r
 		}
+		return nil // the first matching virtual host decides
 	}
 	return nil
+}
+
+func routeMatches(r *routev3.Route, v *requestView) bool {
+	m := r.Match
+	p, ok := m.PathSpecifier.(*routev3.RouteMatch_Prefix)
+	if !ok {
+		return false
+	}
+	path := v.path
+	if m.GetCaseSensitive() != nil && !m.GetCaseSensitive().Value {
+		if !strings.HasPrefix(strings.ToLower(path), strings.ToLower(p.Prefix)) {
+			return false
+		}
+	} else if !strings.HasPrefix(path, p.Prefix) {
+		return false
+	}
+	for _, h := range m.Headers {
+		val, ok := v.get(h.Name)
+		var matched bool
+		switch spec := h.HeaderMatchSpecifier.(type) {
+		case *routev3.HeaderMatcher_PresentMatch:
+			matched = ok == spec.PresentMatch
+		case *routev3.HeaderMatcher_StringMatch:
+			if !ok {
+				break
+			}
+			sm := spec.StringMatch
+			switch {
+			case sm.GetSafeRegex() != nil:
+				matched = fullMatch(sm.GetSafeRegex().Regex, val)
+			case sm.GetExact() != "":
+				matched = val == sm.GetExact() || sm.IgnoreCase && strings.EqualFold(val, sm.GetExact())
+			case sm.GetPrefix() != "":
+				matched = strings.HasPrefix(val, sm.GetPrefix())
+			}
+		}
+		// A missing header never matches, also inverted (HeaderUtility::matchHeaders), except
+		// present_match, whose absence is its own answer.
+		if _, present := h.HeaderMatchSpecifier.(*routev3.HeaderMatcher_PresentMatch); !present && !ok {
+			return false
+		}
+		if matched == h.InvertMatch {
+			return false
+		}
+	}
+	return true
 }
 
 func domainMatches(domains []string, authority string) bool {

@@ -51,7 +51,8 @@ type Options struct {
 type Front struct {
 	URL, RoundRobinURL string
 	Address            string
-	// DataPlane says what serves the front: "envoy" or "test data plane".
+	// DataPlane says what serves the front: "envoy", or the test data plane standing in for Envoy
+	// with the seed of its random choices (dataplane.DataPlane.String).
 	DataPlane string
 	// ServingCert is the front's certificate; Envoy watches the files (SDS with file paths).
 	ServingCert testbed.CertPair
@@ -161,12 +162,18 @@ func Start(ctx context.Context, tb *testbed.Testbed, o Options) (*Front, error) 
 			return nil, err
 		}
 	} else {
-		f.DataPlane = "test data plane"
-		dp, err := dataplane.Start(ctx, dataplane.Config{XDSAddress: srv.XDSAddr, NodeID: "front-1", Logf: o.Logf})
+		cfg, err := dataPlaneConfig(srv.XDSAddr, o.Logf)
 		if err != nil {
 			f.Close()
 			return nil, err
 		}
+		dp, err := dataplane.Start(ctx, cfg)
+		if err != nil {
+			f.Close()
+			return nil, err
+		}
+		f.DataPlane = dp.String()
+		o.Logf("front %s served by the %s; rerun with %s=%d to repeat its random choices", f.URL, f.DataPlane, SeedEnv, dp.Seed())
 		f.closers = append(f.closers, dp.Close)
 	}
 
@@ -183,6 +190,28 @@ func Start(ctx context.Context, tb *testbed.Testbed, o Options) (*Front, error) 
 		return nil, err
 	}
 	return f, nil
+}
+
+// Environment of the test data plane: SeedEnv fixes the seed of its random choices (default: a
+// random seed, logged), XDSProtocolEnv selects "delta" (default, as the bootstrap) or "sotw",
+// EnvoyVersionEnv the Envoy release it announces (default dataplane.DefaultEnvoyVersion).
+const (
+	SeedEnv         = "SKEWGATE_DATAPLANE_SEED"
+	XDSProtocolEnv  = "SKEWGATE_DATAPLANE_XDS"
+	EnvoyVersionEnv = "SKEWGATE_DATAPLANE_ENVOY_VERSION"
+)
+
+func dataPlaneConfig(xdsAddr string, logf func(string, ...any)) (dataplane.Config, error) {
+	cfg := dataplane.Config{XDSAddress: xdsAddr, NodeID: "front-1", NodeCluster: "skewgate-front", Logf: logf,
+		Protocol: dataplane.Protocol(os.Getenv(XDSProtocolEnv)), EnvoyVersion: os.Getenv(EnvoyVersionEnv)}
+	if s := os.Getenv(SeedEnv); s != "" {
+		seed, err := strconv.ParseUint(s, 10, 64)
+		if err != nil || seed == 0 {
+			return cfg, fmt.Errorf("%s=%q: want a positive integer", SeedEnv, s)
+		}
+		cfg.Seed = seed
+	}
+	return cfg, nil
 }
 
 // waitServing polls the front's /readyz until an apiserver answers through it.

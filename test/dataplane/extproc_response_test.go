@@ -1,0 +1,146 @@
+package dataplane
+
+import (
+	"io"
+	"net/http"
+	"testing"
+	"time"
+
+	mutationrulesv3 "github.com/envoyproxy/go-control-plane/envoy/config/common/mutation_rules/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// TestExtProcModeOverride: with allow_mode_override a request_headers answer carrying
+// mode_override {response_header_mode: SEND} opens the response_headers phase for that request
+// (the filter's processing_mode skips it); an ImmediateResponse there replaces the upstream's
+// answer; without allow_mode_override the override is ignored; fail-open in the response phase
+// keeps the upstream's answer.
+func TestExtProcModeOverride(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		allow     bool
+		slow      bool
+		wantCode  int
+		wantBody  string
+		responses int
+	}{
+		{"override allowed", true, false, 200, "merged", 1},
+		{"override not allowed", false, false, 200, "a", 0},
+		{"response phase times out: fail open", true, true, 200, "a", 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := newUpstream(t, "a")
+			seen := make(chan *extprocv3.HttpHeaders, 4)
+			ep := startProcessor(t, func(req *extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error) {
+				if rh := req.GetResponseHeaders(); rh != nil {
+					seen <- rh
+					if tc.slow {
+						time.Sleep(600 * time.Millisecond)
+					}
+					return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{ImmediateResponse: &extprocv3.ImmediateResponse{
+						Status: &typev3.HttpStatus{Code: typev3.StatusCode_OK}, Body: []byte("merged"),
+						Headers: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setHdr("content-type", "application/json", nil)}},
+					}}}, nil
+				}
+				r := headersResponse(true, setHdr("x-route", "a", nil))
+				r.ModeOverride = &extprocfilterv3.ProcessingMode{ResponseHeaderMode: extprocfilterv3.ProcessingMode_SEND}
+				return r, nil
+			})
+			f := startFront(t, Delta, listener(t, nil, extprocFilter(t, func(c *extprocfilterv3.ExternalProcessor) { c.AllowModeOverride = tc.allow })),
+				routes(routeByHeader("by-header", "x-route")), plainCluster("a", a.addr()), extprocCluster(t, ep))
+			f.waitActive("a")
+			f.waitActive("extproc")
+			resp, err := f.client(false).Get(f.url("/apis"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tc.wantCode || string(body) != tc.wantBody || len(seen) != tc.responses {
+				t.Errorf("%d %q after %d response_headers messages, want %d %q after %d", resp.StatusCode, body, len(seen), tc.wantCode, tc.wantBody, tc.responses)
+			}
+			if tc.responses > 0 {
+				rh := <-seen
+				if got := headerValue(rh.GetHeaders(), ":status"); got != "200" {
+					t.Errorf("response_headers carried :status %q, want the upstream's 200", got)
+				}
+			}
+			if a.count() != 1 {
+				t.Errorf("upstream got %d requests, want 1 (the response phase runs after it)", a.count())
+			}
+		})
+	}
+}
+
+func headerValue(hm *corev3.HeaderMap, k string) string {
+	for _, h := range hm.GetHeaders() {
+		if h.Key == k {
+			return string(h.RawValue)
+		}
+	}
+	return ""
+}
+
+// TestMutationAppendSemantics: the deprecated append BoolValue decides (unset or false replaces,
+// true adds); append_action is ignored.
+func TestMutationAppendSemantics(t *testing.T) {
+	yes, no := true, false
+	h := http.Header{"X-Remote-Group": {"client-sent"}}
+	m := &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{
+		setHdr("x-remote-group", "g1", &no),
+		setHdr("x-remote-group", "g2", &yes),
+		{Header: &corev3.HeaderValue{Key: "x-remote-group", RawValue: []byte("g3")}, AppendAction: corev3.HeaderValueOption_APPEND_IF_EXISTS_OR_ADD},
+		setHdr("x-remote-user", "u", nil),
+	}}
+	if err := applyMutation(h, m, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.Values("X-Remote-Group"); len(got) != 1 || got[0] != "g3" {
+		t.Errorf("groups %q: want only g3 (append_action APPEND ignored, so g3 replaced g1,g2)", got)
+	}
+	h2 := http.Header{}
+	applyMutation(h2, &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setHdr("x-g", "1", &no), setHdr("x-g", "2", &yes)}}, nil)
+	if got := h2.Values("X-G"); len(got) != 2 {
+		t.Errorf("append=false then append=true: %q, want both", got)
+	}
+	// value (not raw_value) is not read: the header is set empty.
+	h3 := http.Header{}
+	applyMutation(h3, &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{{Header: &corev3.HeaderValue{Key: "x-v", Value: "text"}}}}, nil)
+	if v, ok := h3["X-V"]; !ok || v[0] != "" {
+		t.Errorf("value instead of raw_value: %q, want an empty value", v)
+	}
+}
+
+// TestMutationRules: what mutation_rules allow, ignore or fail.
+func TestMutationRules(t *testing.T) {
+	rules := &mutationrulesv3.HeaderMutationRules{DisallowSystem: wrapperspb.Bool(true)}
+	strict := &mutationrulesv3.HeaderMutationRules{DisallowSystem: wrapperspb.Bool(true), DisallowIsError: wrapperspb.Bool(true)}
+	for _, tc := range []struct {
+		rules *mutationrulesv3.HeaderMutationRules
+		key   string
+		want  checkResult
+	}{
+		{rules, "x-remote-user", checkOK},
+		{rules, ":path", checkIgnore},
+		{strict, ":path", checkFail},
+		{nil, ":path", checkOK},
+		{rules, "host", checkIgnore},
+		{nil, ":authority", checkIgnore},
+		{&mutationrulesv3.HeaderMutationRules{AllowAllRouting: wrapperspb.Bool(true)}, "host", checkOK},
+		{rules, "x-envoy-original-path", checkIgnore},
+		{&mutationrulesv3.HeaderMutationRules{AllowEnvoy: wrapperspb.Bool(true)}, "x-envoy-x", checkOK},
+		{&mutationrulesv3.HeaderMutationRules{DisallowAll: wrapperspb.Bool(true)}, "x-a", checkIgnore},
+	} {
+		if got := checkMutation(tc.rules, tc.key); got != tc.want {
+			t.Errorf("%v %s: %d, want %d", tc.rules, tc.key, got, tc.want)
+		}
+	}
+	h := http.Header{}
+	if err := applyMutation(h, &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{setHdr("x-a", "bad\nvalue", nil)}}, rules); err == nil {
+		t.Error("an invalid header value was accepted")
+	}
+}

@@ -1,0 +1,92 @@
+package dataplane
+
+import (
+	"slices"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/types/known/anypb"
+)
+
+// node is what Envoy sends as its identity: id and cluster from the bootstrap, user_agent_name
+// "envoy" and user_agent_build_version with the release (source/common/local_info/local_info_impl.h,
+// which sets both from VersionInfo::buildVersion()).
+func (d *DataPlane) node() *corev3.Node {
+	v, _ := parseVersion(d.cfg.EnvoyVersion)
+	return &corev3.Node{
+		Id: d.cfg.NodeID, Cluster: d.cfg.NodeCluster, UserAgentName: "envoy",
+		UserAgentVersionType: &corev3.Node_UserAgentBuildVersion{UserAgentBuildVersion: &corev3.BuildVersion{
+			Version: &typev3.SemanticVersion{MajorNumber: v[0], MinorNumber: v[1], Patch: v[2]},
+		}},
+	}
+}
+
+// subscriber is one ADS stream, SotW or delta: it (re)declares the names it wants per type and
+// answers every response with an ACK or a NACK.
+type subscriber interface {
+	subscribe(typeURL string, names []string) error
+}
+
+// xdsState follows Envoy's initialization order on one ADS stream: CDS first (wildcard), LDS once
+// clusters are accepted, RDS for the name the listener's HCM carries, and SDS for the secrets the
+// accepted TLS contexts name (Envoy subscribes to an SDS secret when a transport socket names it).
+type xdsState struct {
+	listenerAsked bool
+	routeNames    []string
+	clusterRefs   []string
+	listenerRefs  []string
+	secretNames   []string
+}
+
+// apply hands one type's complete current resource set to the data plane; an error is a NACK and
+// changes nothing.
+func (d *DataPlane) apply(st *xdsState, typeURL string, resources []*anypb.Any) error {
+	switch typeURL {
+	case resourcev3.ClusterType:
+		refs, err := d.applyClusters(resources)
+		if err != nil {
+			return err
+		}
+		st.clusterRefs = refs
+	case resourcev3.ListenerType:
+		routes, refs, err := d.applyListener(resources)
+		if err != nil {
+			return err
+		}
+		st.routeNames, st.listenerRefs = routes, refs
+	case resourcev3.RouteType:
+		return d.applyRoutes(resources)
+	case resourcev3.SecretType:
+		return d.applySecrets(resources)
+	}
+	return nil
+}
+
+// follow sends the subscriptions an accepted response implies.
+func (st *xdsState) follow(s subscriber, typeURL string) error {
+	secrets := append(slices.Clone(st.clusterRefs), st.listenerRefs...)
+	slices.Sort(secrets)
+	secrets = slices.Compact(secrets)
+	if !slices.Equal(secrets, st.secretNames) && len(secrets) > 0 {
+		st.secretNames = secrets
+		if err := s.subscribe(resourcev3.SecretType, secrets); err != nil {
+			return err
+		}
+	}
+	if typeURL == resourcev3.ClusterType && !st.listenerAsked {
+		st.listenerAsked = true
+		if err := s.subscribe(resourcev3.ListenerType, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// followRoutes subscribes to the route configuration the accepted listener names.
+func (st *xdsState) followRoutes(s subscriber, previous []string) error {
+	if len(st.routeNames) > 0 && !slices.Equal(previous, st.routeNames) {
+		return s.subscribe(resourcev3.RouteType, st.routeNames)
+	}
+	return nil
+}
