@@ -59,7 +59,10 @@ type cluster struct {
 	grpcOnce  sync.Once
 	grpcConn  *grpc.ClientConn
 	grpcErr   error
+	tmu       sync.Mutex
 	transport []*http.Transport
+	// secretRefs are the SDS secrets the cluster's transport sockets name.
+	secretRefs []string
 }
 
 // isHTTP1: the upstream protocol is HTTP/1.1 unless explicit_http_config selects HTTP/2 (Envoy's
@@ -135,7 +138,9 @@ func (c *cluster) newTransport(tc *tls.Config, http1 bool) *http.Transport {
 		p.SetHTTP2(true)
 	}
 	tr.Protocols = p
+	c.tmu.Lock()
 	c.transport = append(c.transport, tr)
+	c.tmu.Unlock()
 	return tr
 }
 
@@ -198,8 +203,9 @@ func newCluster(d *DataPlane, cfg *clusterv3.Cluster) (*cluster, error) {
 		}
 	}
 	c.pending.Store(int64(len(c.hosts)))
-	if c.hc == nil || len(c.hosts) == 0 {
-		c.warmOnce.Do(func() { close(c.warmed) })
+	c.secretRefs = secretNames(cfg.TransportSocket)
+	for _, m := range cfg.TransportSocketMatches {
+		c.secretRefs = append(c.secretRefs, secretNames(m.TransportSocket)...)
 	}
 	return c, nil
 }
@@ -211,23 +217,48 @@ func durationOr(d, def time.Duration) time.Duration {
 	return d
 }
 
+// start initializes the cluster: like Envoy's cluster init manager it first waits for the SDS
+// secrets its transport sockets name, then runs the first health checks; the cluster is warmed
+// when both are done.
 func (c *cluster) start(ctx context.Context) {
 	ctx, c.cancel = context.WithCancel(ctx)
-	if c.hc != nil {
-		c.startHealthChecks(ctx)
+	go func() {
+		for !c.secretsReady() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+		if c.hc != nil && len(c.hosts) > 0 {
+			c.startHealthChecks(ctx)
+		} else {
+			c.warmOnce.Do(func() { close(c.warmed) })
+		}
+		if c.od != nil {
+			c.od.run(ctx)
+		}
+	}()
+}
+
+func (c *cluster) secretsReady() bool {
+	for _, n := range c.secretRefs {
+		if !c.dp.secrets.has(n) {
+			return false
+		}
 	}
-	if c.od != nil {
-		go c.od.run(ctx)
-	}
+	return true
 }
 
 func (c *cluster) stop() {
 	if c.cancel != nil {
 		c.cancel()
 	}
+	c.tmu.Lock()
 	for _, t := range c.transport {
 		t.CloseIdleConnections()
 	}
+	c.tmu.Unlock()
 	if c.grpcConn != nil {
 		conn := c.grpcConn
 		time.AfterFunc(time.Minute, func() { conn.Close() }) // let in-flight ext_proc calls end

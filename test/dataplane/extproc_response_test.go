@@ -39,7 +39,7 @@ func TestExtProcModeOverride(t *testing.T) {
 				if rh := req.GetResponseHeaders(); rh != nil {
 					seen <- rh
 					if tc.slow {
-						time.Sleep(600 * time.Millisecond)
+						time.Sleep(1500 * time.Millisecond)
 					}
 					return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{ImmediateResponse: &extprocv3.ImmediateResponse{
 						Status: &typev3.HttpStatus{Code: typev3.StatusCode_OK}, Body: []byte("merged"),

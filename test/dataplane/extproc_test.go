@@ -86,7 +86,7 @@ func extprocCluster(t *testing.T, addr string) *clusterv3.Cluster {
 func extprocFilter(t *testing.T, mutate func(*extprocfilterv3.ExternalProcessor)) *hcmv3.HttpFilter {
 	cfg := &extprocfilterv3.ExternalProcessor{
 		GrpcService:      &corev3.GrpcService{TargetSpecifier: &corev3.GrpcService_EnvoyGrpc_{EnvoyGrpc: &corev3.GrpcService_EnvoyGrpc{ClusterName: "extproc"}}},
-		FailureModeAllow: true, MessageTimeout: durationpb.New(200 * time.Millisecond),
+		FailureModeAllow: true, MessageTimeout: durationpb.New(time.Second),
 		ProcessingMode: &extprocfilterv3.ProcessingMode{RequestHeaderMode: extprocfilterv3.ProcessingMode_SEND,
 			ResponseHeaderMode: extprocfilterv3.ProcessingMode_SKIP, RequestTrailerMode: extprocfilterv3.ProcessingMode_SKIP, ResponseTrailerMode: extprocfilterv3.ProcessingMode_SKIP},
 		MutationRules: &mutationrulesv3.HeaderMutationRules{DisallowSystem: wrapperspb.Bool(true), DisallowIsError: wrapperspb.Bool(true)},
@@ -130,7 +130,7 @@ func TestExtProcRouteCache(t *testing.T) {
 				Response: &extprocv3.CommonResponse{ClearRouteCache: true}}}}, nil
 		}, "a"},
 		{"message timeout fails open on the old route", func(*extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error) {
-			time.Sleep(600 * time.Millisecond)
+			time.Sleep(1500 * time.Millisecond)
 			return headersResponse(true, setHdr("x-route", "b", nil)), nil
 		}, "a"},
 		{"gRPC error fails open on the old route", func(*extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error) {
@@ -164,7 +164,7 @@ func TestExtProcFailClosed(t *testing.T) {
 		upstreams int
 	}{
 		{"timeout", false, func(*extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error) {
-			time.Sleep(600 * time.Millisecond)
+			time.Sleep(1500 * time.Millisecond)
 			return nil, nil
 		}, 504, 0},
 		{"gRPC error", false, func(*extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error) {
