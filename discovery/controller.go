@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -51,6 +53,8 @@ type Config struct {
 	RequestTimeout   time.Duration // per request to an upstream [5s]
 	InitialTimeout   time.Duration // longest wait for first fetches before the first Topology [15s]
 	MaxDocumentBytes int64         // largest accepted discovery document [8 MiB]
+	// MaxUpstreams caps the upstreams (static ones included); Leases past it are refused [64].
+	MaxUpstreams int
 
 	Logger   *zap.Logger
 	Registry prometheus.Registerer
@@ -73,6 +77,9 @@ func (c *Config) defaults() {
 	if c.FailureThreshold <= 0 {
 		c.FailureThreshold = 3
 	}
+	if c.MaxUpstreams <= 0 {
+		c.MaxUpstreams = DefaultMaxUpstreams
+	}
 	if c.MaxDocumentBytes <= 0 {
 		c.MaxDocumentBytes = 8 << 20
 	}
@@ -83,6 +90,12 @@ func (c *Config) defaults() {
 		c.Now = time.Now
 	}
 }
+
+// DefaultMaxUpstreams is the default cap on upstreams. A control plane runs 3 to 5 apiservers, twice
+// that during a surge upgrade; 64 leaves ample room while bounding what forged Leases can cost: one
+// worker probing every ProbeInterval per upstream, and in every Envoy two clusters (HTTP/2 and
+// HTTP/1.1) per upstream, each health-checked every second.
+const DefaultMaxUpstreams = 64
 
 var (
 	crdGVR        = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
@@ -110,8 +123,12 @@ type Controller struct {
 	departed map[string]departure // owned by the Run goroutine
 	leases   func() []*coordinationv1.Lease
 	slices   func() []*discoveryv1.EndpointSlice
-	seenRej  map[string]bool
-	started  time.Time
+	// seenRej remembers, per Lease name, a digest of the annotation last reported as refused, so a
+	// rejection is logged and counted once per Lease and address. Pruned to the Leases that exist.
+	seenRej map[string][sha256.Size]byte
+	// ignoredLogged remembers the Leases last logged as ignored, by name -> reason; pruned every rebuild.
+	ignoredLogged map[string]string
+	started       time.Time
 }
 
 // New checks cfg and returns a Controller; Run starts it.
@@ -123,24 +140,28 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.Client == nil && len(cfg.Static) == 0 {
 		return nil, errors.New("discovery: neither a Kubernetes client (identity Leases) nor static upstreams")
 	}
+	if len(cfg.Static) > cfg.MaxUpstreams {
+		return nil, fmt.Errorf("discovery: %d static upstreams but at most %d upstreams (MaxUpstreams)", len(cfg.Static), cfg.MaxUpstreams)
+	}
 	if _, err := newFetcher(cfg.Upstream, "127.0.0.1:443", cfg.MaxDocumentBytes); err != nil {
 		return nil, fmt.Errorf("discovery: upstream client: %w", err)
 	}
 	now := time.Now()
 	return &Controller{
-		cfg:      cfg,
-		log:      cfg.Logger.Named("discovery"),
-		metrics:  newMetrics(cfg.Registry),
-		bootID:   strconv.FormatInt(now.UnixNano(), 36),
-		notify:   make(chan struct{}),
-		states:   map[string]*upstreamState{},
-		poke:     make(chan struct{}, 1),
-		workers:  map[string]*worker{},
-		departed: map[string]departure{},
-		leases:   func() []*coordinationv1.Lease { return nil },
-		slices:   func() []*discoveryv1.EndpointSlice { return nil },
-		seenRej:  map[string]bool{},
-		started:  now,
+		cfg:           cfg,
+		log:           cfg.Logger.Named("discovery"),
+		metrics:       newMetrics(cfg.Registry),
+		bootID:        strconv.FormatInt(now.UnixNano(), 36),
+		notify:        make(chan struct{}),
+		states:        map[string]*upstreamState{},
+		poke:          make(chan struct{}, 1),
+		workers:       map[string]*worker{},
+		departed:      map[string]departure{},
+		leases:        func() []*coordinationv1.Lease { return nil },
+		slices:        func() []*discoveryv1.EndpointSlice { return nil },
+		seenRej:       map[string][sha256.Size]byte{},
+		ignoredLogged: map[string]string{},
+		started:       now,
 	}, nil
 }
 
@@ -227,7 +248,10 @@ func (c *Controller) startInformers(ctx context.Context) error {
 		if c.cfg.TrustEndpointSlice {
 			esFactory := informers.NewSharedInformerFactoryWithOptions(c.cfg.Client, 0,
 				informers.WithNamespace("default"),
-				informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = discoveryv1.LabelServiceName + "=kubernetes" }))
+				informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+					o.LabelSelector = discoveryv1.LabelServiceName + "=kubernetes"
+					o.FieldSelector = "metadata.name=kubernetes"
+				}))
 			ei := esFactory.Discovery().V1().EndpointSlices()
 			if _, err := ei.Informer().AddEventHandler(c.handler(false)); err != nil {
 				return err
@@ -313,6 +337,11 @@ func (c *Controller) refetchAll() {
 func (c *Controller) endpoints() []netip.AddrPort {
 	var out []netip.AddrPort
 	for _, s := range c.slices() {
+		// Only the slice the apiservers maintain themselves; anyone who can create EndpointSlices in
+		// default can label another one kubernetes.io/service-name=kubernetes.
+		if s.Namespace != "default" || s.Name != "kubernetes" {
+			continue
+		}
 		for _, p := range s.Ports {
 			if p.Port == nil {
 				continue
@@ -342,16 +371,15 @@ func (c *Controller) rebuild(ctx context.Context) time.Time {
 		}
 	}
 	c.mu.Unlock()
-	view := readLeases(c.leases(), c.cfg.Static, c.cfg.Policy, c.endpoints(), now, c.cfg.StaleAfter, answering)
-	for _, r := range view.rejected {
-		key := r.Lease + "\x00" + r.Annotation
-		if !c.seenRej[key] {
-			c.seenRej[key] = true
-			c.metrics.rejectedLeases.WithLabelValues(r.Reason).Inc()
-			c.log.Warn("identity Lease address refused by the address policy; never routed to",
-				zap.String("lease", r.Lease), zap.String("reason", r.Reason), zap.Error(r.Err))
-		}
+	leases := c.leases()
+	view := readLeases(leases, c.cfg.Static, c.cfg.Policy, c.endpoints(), now, c.cfg.StaleAfter, answering)
+	known := make(map[string]bool, len(c.workers))
+	for name := range c.workers {
+		known[name] = true
 	}
+	view.limit(c.cfg.MaxUpstreams, known)
+	c.noteRejections(view.rejected, leases)
+	c.noteIgnored(view.ignored)
 	c.reconcileWorkers(ctx, view.candidates)
 
 	c.mu.Lock()
@@ -400,6 +428,7 @@ func (c *Controller) rebuild(ctx context.Context) time.Time {
 	gen := c.generation + 1
 	c.mu.Unlock()
 	t := Build(c.bootID+"-"+strconv.FormatInt(gen, 10), now, facts)
+	t.Ignored = view.ignored
 	fp := fingerprint(t)
 	c.metrics.rebuildDuration.Observe(time.Since(start).Seconds())
 
@@ -419,7 +448,7 @@ func (c *Controller) rebuild(ctx context.Context) time.Time {
 	c.metrics.generation.Set(float64(gen))
 	c.metrics.published.Inc()
 	var ready, notReady, stale float64
-	for _, u := range t.Upstreams {
+	for _, u := range slices.Concat(t.Upstreams, t.Unproven) {
 		switch {
 		case u.Ready:
 			ready++
@@ -512,13 +541,59 @@ type departure struct {
 func fingerprint(t *Topology) [32]byte {
 	data, err := json.Marshal(struct {
 		U  []Upstream
+		P  []Upstream
+		I  []IgnoredLease
 		S  []CapabilitySet
 		K  []SkewedResource
 		E1 string
 		E2 string
-	}{t.Upstreams, t.Sets, t.Skewed(), t.API.ETag, t.APIs.ETag})
+	}{t.Upstreams, t.Unproven, t.Ignored, t.Sets, t.Skewed(), t.API.ETag, t.APIs.ETag})
 	if err != nil {
 		panic(err)
 	}
 	return sha256.Sum256(data)
+}
+
+// noteRejections logs and counts each refused Lease address once per Lease and address, and forgets
+// the Leases that no longer exist: what it keeps is bounded by the Leases in the informer's cache,
+// whatever their writers put in annotations.
+func (c *Controller) noteRejections(rejected []rejection, leases []*coordinationv1.Lease) {
+	for _, r := range rejected {
+		digest := sha256.Sum256([]byte(r.Annotation))
+		if prev, ok := c.seenRej[r.Lease]; ok && prev == digest {
+			continue
+		}
+		c.seenRej[r.Lease] = digest
+		c.metrics.rejectedLeases.WithLabelValues(r.Reason).Inc()
+		c.log.Warn("identity Lease address refused by the address policy; never routed to",
+			zap.String("lease", r.Lease), zap.String("reason", r.Reason), zap.Error(r.Err))
+	}
+	if len(c.seenRej) == 0 {
+		return
+	}
+	exists := make(map[string]bool, len(leases))
+	for _, l := range leases {
+		exists[l.Name] = true
+	}
+	maps.DeleteFunc(c.seenRej, func(name string, _ [sha256.Size]byte) bool { return !exists[name] })
+}
+
+// noteIgnored sets the ignored-Lease gauges and logs a Lease when it becomes ignored or its reason
+// changes (the address policy's refusals are logged by noteRejections).
+func (c *Controller) noteIgnored(ignored []IgnoredLease) {
+	counts := map[string]float64{}
+	now := make(map[string]string, len(ignored))
+	for _, l := range ignored {
+		counts[l.Reason]++
+		now[l.Lease] = l.Reason
+		if c.ignoredLogged[l.Lease] == l.Reason || l.Reason == RejectMalformed || l.Reason == RejectNotAllowed {
+			continue
+		}
+		c.log.Warn("identity Lease is no upstream", zap.String("lease", l.Lease), zap.String("hostname", l.Hostname),
+			zap.String("reason", l.Reason), zap.String("hint", l.Hint))
+	}
+	c.ignoredLogged = now
+	for _, r := range ignoredReasons {
+		c.metrics.ignoredLeases.WithLabelValues(r).Set(counts[r])
+	}
 }
