@@ -94,8 +94,21 @@ func Build(version string, now time.Time, facts []UpstreamFacts) *Topology {
 		return f.Departed
 	})
 	slices.SortFunc(facts, func(a, b UpstreamFacts) int { return strings.Compare(a.Name, b.Name) })
+	t := &Topology{Version: version, Generated: now, routes: map[ResourceKey]route{}}
+	// An upstream is given to Envoy only once it proved to be an apiserver: its discovery was fetched
+	// over verified TLS and parsed as a valid document. Before that it has no cluster, so a Lease that
+	// points at any other address makes Envoy open no connection at all.
+	facts = slices.DeleteFunc(facts, func(f UpstreamFacts) bool {
+		if f.APIs != nil || f.API != nil {
+			return false
+		}
+		u := f.Upstream
+		u.Cluster, u.Capabilities, u.Resources = "", false, 0
+		t.Unproven = append(t.Unproven, u)
+		return true
+	})
 	n := len(facts)
-	t := &Topology{Version: version, Generated: now, Upstreams: make([]Upstream, n), routes: map[ResourceKey]route{}}
+	t.Upstreams = make([]Upstream, n)
 
 	all, ready := newBitset(n), newBitset(n)
 	caps := map[ResourceKey]*capability{}
@@ -105,14 +118,10 @@ func Build(version string, now time.Time, facts []UpstreamFacts) *Topology {
 		}
 		u := f.Upstream
 		u.Cluster = wire.UpstreamCluster(u.Name)
-		u.Capabilities = f.APIs != nil || f.API != nil
-		// The default route balances over the upstreams whose capabilities are known (xds builds
-		// AllCluster from exactly those), so "served by all" means all of them. An upstream whose
-		// discovery was never fetched (just joined, or an address that is no apiserver) changes no
-		// decision.
-		if u.Capabilities {
-			all.set(i)
-		}
+		u.Capabilities = true
+		// The default route balances over every proven upstream (xds builds AllCluster from those with
+		// Capabilities), so "served by all" means all of them.
+		all.set(i)
 		for _, doc := range []*Document{f.API, f.APIs} {
 			if doc == nil {
 				continue

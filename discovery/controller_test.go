@@ -4,11 +4,9 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,7 +15,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/zap/zaptest"
 	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -27,7 +24,6 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/skewgate/skewgate/internal/wire"
-	"github.com/skewgate/skewgate/test/testbed"
 )
 
 const testToken = "discovery-test-token"
@@ -115,24 +111,6 @@ func (f *fakeUpstream) set(version string, api, apis []byte) {
 
 func (f *fakeUpstream) addr() string { return f.srv.Listener.Addr().String() }
 
-// testPKI makes a CA and a serving certificate for kubernetes.default.svc.
-func testPKI(t testing.TB) (*testbed.PKI, tls.Certificate) {
-	t.Helper()
-	pki, err := testbed.NewPKI(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	pair, err := pki.IssueServing("upstream", net.IPv4(127, 0, 0, 1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := tls.LoadX509KeyPair(pair.Cert, pair.Key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pki, cert
-}
-
 func newFakeUpstream(t testing.TB, cert tls.Certificate, version string, api, apis []byte) *fakeUpstream {
 	f := &fakeUpstream{notMod: make(chan struct{}, 64)}
 	f.set(version, api, apis)
@@ -141,14 +119,6 @@ func newFakeUpstream(t testing.TB, cert tls.Certificate, version string, api, ap
 	f.srv.StartTLS()
 	t.Cleanup(f.srv.Close)
 	return f
-}
-
-func restFor(t testing.TB, pki *testbed.PKI) *rest.Config {
-	ca, err := os.ReadFile(pki.CA.Cert)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &rest.Config{BearerToken: testToken, TLSClientConfig: rest.TLSClientConfig{CAData: ca}}
 }
 
 // waitFor waits for a published Topology that satisfies ok, driven by the controller's notifications.
@@ -292,26 +262,11 @@ func TestControllerFollowsLeasesReadinessAndPolicy(t *testing.T) {
 			}
 			return false
 		}
-		for deadline := time.Now().Add(10 * time.Second); !seen(); {
-			if time.Now().After(deadline) {
-				t.Fatal("the informer never saw the stale Lease")
-			}
-			time.Sleep(10 * time.Millisecond) // polling the informer's cache
-		}
-		// Wait for a rebuild that read the stale Lease: new is still there.
-		rebuilds := func() uint64 {
-			var m dto.Metric
-			c.metrics.rebuildDuration.(prometheus.Metric).Write(&m)
-			return m.GetHistogram().GetSampleCount()
-		}
-		before := rebuilds()
-		c.wake()
-		for deadline := time.Now().Add(10 * time.Second); rebuilds() == before; {
-			if time.Now().After(deadline) {
-				t.Fatal("no rebuild after the stale Lease")
-			}
-			time.Sleep(10 * time.Millisecond) // polling the rebuild counter
-		}
+		poll(t, 10*time.Second, "the informer to see the stale Lease", seen)
+		// Wait for a sync that read the stale Lease: new is still there.
+		before := c.syncs.Load()
+		c.requestSync()
+		poll(t, 10*time.Second, "a sync after the stale Lease", func() bool { return c.syncs.Load() > before })
 		if u, ok := c.Current().Upstream("new"); !ok || !u.Ready {
 			t.Fatalf("new left while it answers its probes: %+v", u)
 		}
@@ -415,7 +370,7 @@ func versionOf(t *Topology) string {
 }
 
 // runController runs c until the test ends and returns a context for the test's own calls.
-func runController(t *testing.T, c *Controller) context.Context {
+func runController(t testing.TB, c *Controller) context.Context {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = c.Run(ctx) }()

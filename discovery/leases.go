@@ -1,6 +1,9 @@
 package discovery
 
 import (
+	"crypto/sha256"
+	"encoding/base32"
+	"encoding/binary"
 	"net/netip"
 	"slices"
 	"strings"
@@ -24,9 +27,10 @@ type candidate struct {
 	Source    Source
 	LeaseName string
 	Holder    string
+	created   time.Time // the Lease's creation (zero for static upstreams)
 }
 
-// rejection is a Lease that cannot be routed to.
+// rejection is a Lease whose address the policy refuses.
 type rejection struct {
 	Lease, Annotation, Reason string
 	Err                       error
@@ -36,8 +40,9 @@ type rejection struct {
 type leaseView struct {
 	candidates []candidate // sorted by name
 	rejected   []rejection
-	// unaddressed are live Leases with neither an allowed annotation nor a static entry.
-	unaddressed []string
+	// ignored are the live Leases that are no upstream, sorted by Lease name: no address, a contested
+	// hostname, over --max-upstreams, or an address the policy refuses.
+	ignored []IgnoredLease
 	// nextExpiry is when the earliest live Lease goes stale if not renewed (zero: none).
 	nextExpiry time.Time
 }
@@ -51,6 +56,10 @@ type leaseView struct {
 // (answering names the upstreams whose probes succeed): our view of Leases can stall while every
 // apiserver is fine, for instance while the apiserver our informers watch drains its connections
 // during a graceful shutdown (a minute on the testbed), and all Leases would look stale at once.
+//
+// Two live Leases claiming one hostname are resolved without looking at the order the lister
+// returns them in: the Lease named the way the apiserver names its own (identityLeaseName) wins;
+// without one, the hostname is refused while it is contested.
 func readLeases(leases []*coordinationv1.Lease, static []StaticUpstream, policy AddressPolicy, endpoints []netip.AddrPort, now time.Time, staleAfter time.Duration, answering map[string]bool) leaseView {
 	var v leaseView
 	trusted := map[netip.AddrPort]bool{}
@@ -64,6 +73,9 @@ func readLeases(leases []*coordinationv1.Lease, static []StaticUpstream, policy 
 		}
 		byName[s.Name] = &candidate{Name: s.Name, Address: s.Address, Source: SourceStatic}
 	}
+	// Live Leases by hostname, each list sorted by Lease name.
+	byHost := map[string][]*coordinationv1.Lease{}
+	var hosts []string
 	for _, l := range leases {
 		if l.Spec.RenewTime == nil {
 			continue
@@ -80,6 +92,30 @@ func readLeases(leases []*coordinationv1.Lease, static []StaticUpstream, policy 
 		} else if v.nextExpiry.IsZero() || expiry.Before(v.nextExpiry) {
 			v.nextExpiry = expiry
 		}
+		if byHost[host] == nil {
+			hosts = append(hosts, host)
+		}
+		byHost[host] = append(byHost[host], l)
+	}
+	slices.Sort(hosts)
+	for _, host := range hosts {
+		claims := byHost[host]
+		l := claims[0]
+		if len(claims) > 1 {
+			slices.SortFunc(claims, func(a, b *coordinationv1.Lease) int { return strings.Compare(a.Name, b.Name) })
+			want := identityLeaseName(host)
+			i := slices.IndexFunc(claims, func(l *coordinationv1.Lease) bool { return l.Name == want })
+			for j, c := range claims {
+				if j != i {
+					v.ignored = append(v.ignored, IgnoredLease{Lease: c.Name, Hostname: host, Reason: IgnoredContested,
+						Hint: "another live identity Lease claims this kubernetes.io/hostname; only " + want + " (the name the apiserver gives its own Lease) is trusted for it"})
+				}
+			}
+			if i < 0 {
+				continue
+			}
+			l = claims[i]
+		}
 		holder := ""
 		if l.Spec.HolderIdentity != nil {
 			holder = *l.Spec.HolderIdentity
@@ -92,20 +128,79 @@ func readLeases(leases []*coordinationv1.Lease, static []StaticUpstream, policy 
 		}
 		ann, ok := l.Annotations[PeerAddressAnnotation]
 		if !ok {
-			v.unaddressed = append(v.unaddressed, l.Name)
+			v.ignored = append(v.ignored, IgnoredLease{Lease: l.Name, Hostname: host, Reason: IgnoredNoAddress,
+				Hint: "no " + PeerAddressAnnotation + " annotation (apiservers before 1.36 write none): add --static-upstream=" + host + "=<ip>:<port>"})
 			continue
 		}
 		ap, reason, err := policy.check(ann, trusted)
 		if err != nil {
 			v.rejected = append(v.rejected, rejection{Lease: l.Name, Annotation: ann, Reason: reason, Err: err})
+			v.ignored = append(v.ignored, IgnoredLease{Lease: l.Name, Hostname: host, Reason: reason,
+				Hint: "the address annotation is refused by the address policy (--allowed-cidr, --static-upstream, the default/kubernetes EndpointSlice)"})
 			continue
 		}
-		byName[host] = &candidate{Name: host, Address: ap.String(), Source: SourceLease, LeaseName: l.Name, Holder: holder}
+		byName[host] = &candidate{Name: host, Address: ap.String(), Source: SourceLease, LeaseName: l.Name, Holder: holder, created: l.CreationTimestamp.Time}
 	}
 	for _, c := range byName {
 		v.candidates = append(v.candidates, *c)
 	}
 	slices.SortFunc(v.candidates, func(a, b candidate) int { return strings.Compare(a.Name, b.Name) })
-	slices.Sort(v.unaddressed)
+	sortIgnored(v.ignored)
 	return v
+}
+
+// limit keeps at most maxUpstreams candidates and moves the others to ignored. Static upstreams are
+// kept first (the operator named them), then the upstreams that already run (known), so a flood of
+// new Leases cannot push out the apiservers in use; then the oldest Leases.
+func (v *leaseView) limit(maxUpstreams int, known map[string]bool) {
+	if maxUpstreams <= 0 || len(v.candidates) <= maxUpstreams {
+		return
+	}
+	rank := func(c candidate) int {
+		switch {
+		case c.Source != SourceLease:
+			return 0
+		case known[c.Name]:
+			return 1
+		}
+		return 2
+	}
+	order := slices.Clone(v.candidates)
+	slices.SortStableFunc(order, func(a, b candidate) int {
+		if d := rank(a) - rank(b); d != 0 {
+			return d
+		}
+		return a.created.Compare(b.created) // stable: equal times keep name order
+	})
+	keep := map[string]bool{}
+	for _, c := range order[:maxUpstreams] {
+		keep[c.Name] = true
+	}
+	v.candidates = slices.DeleteFunc(v.candidates, func(c candidate) bool {
+		if keep[c.Name] {
+			return false
+		}
+		v.ignored = append(v.ignored, IgnoredLease{Lease: c.LeaseName, Hostname: c.Name, Reason: IgnoredMaxUpstreams,
+			Hint: "more upstreams than --max-upstreams; raise it if these are real apiservers"})
+		return true
+	})
+	sortIgnored(v.ignored)
+}
+
+func sortIgnored(in []IgnoredLease) {
+	slices.SortFunc(in, func(a, b IgnoredLease) int { return strings.Compare(a.Lease, b.Lease) })
+}
+
+// identityLeaseName is the name an apiserver gives its own identity Lease: "apiserver-" and the
+// lowercase unpadded base32 of the first 16 bytes of a SHA-256 over the hostname and
+// "kube-apiserver", each prefixed by its 16-bit length (k8s.io/apiserver pkg/server/config.go,
+// NewConfig). A Lease of another name that claims the hostname was not written by that apiserver.
+func identityLeaseName(host string) string {
+	var data []byte
+	for _, part := range []string{host, "kube-apiserver"} {
+		data = binary.BigEndian.AppendUint16(data, uint16(len(part)))
+		data = append(data, part...)
+	}
+	sum := sha256.Sum256(data)
+	return "apiserver-" + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(sum[:16]))
 }

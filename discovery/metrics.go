@@ -8,6 +8,7 @@ type metrics struct {
 	upstreams       *prometheus.GaugeVec
 	fetchErrors     *prometheus.CounterVec
 	rejectedLeases  *prometheus.CounterVec
+	ignoredLeases   *prometheus.GaugeVec
 	rebuildDuration prometheus.Histogram
 	leaseToTopology prometheus.Histogram
 	generation      prometheus.Gauge
@@ -20,6 +21,9 @@ const (
 	stateNotReady = "not_ready"
 	stateStale    = "stale"
 )
+
+// ignoredReasons are the label values of skewgate_discovery_ignored_leases.
+var ignoredReasons = []string{IgnoredNoAddress, IgnoredContested, IgnoredMaxUpstreams, RejectMalformed, RejectNotAllowed}
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
@@ -34,6 +38,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		rejectedLeases: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "skewgate_discovery_rejected_leases_total",
 			Help: "Identity Lease addresses refused by the address policy, by reason (malformed, not_allowed). Counted once per Lease and address.",
+		}, []string{"reason"}),
+		ignoredLeases: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "skewgate_discovery_ignored_leases",
+			Help: "Live identity Leases that are no upstream, by reason (no_address: add a --static-upstream for the hostname; contested_hostname; max_upstreams; malformed, not_allowed: refused by the address policy).",
 		}, []string{"reason"}),
 		rebuildDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "skewgate_discovery_rebuild_duration_seconds",
@@ -55,7 +63,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.upstreams, m.fetchErrors, m.rejectedLeases, m.rebuildDuration, m.leaseToTopology, m.generation, m.published)
+		reg.MustRegister(m.upstreams, m.fetchErrors, m.rejectedLeases, m.ignoredLeases, m.rebuildDuration, m.leaseToTopology, m.generation, m.published)
+	}
+	for _, r := range ignoredReasons {
+		m.ignoredLeases.WithLabelValues(r)
 	}
 	for _, s := range []string{stateReady, stateNotReady, stateStale} {
 		m.upstreams.WithLabelValues(s)

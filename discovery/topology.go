@@ -77,6 +77,22 @@ type Upstream struct {
 	Resources    int  `json:"resources"` // resource keys it serves
 }
 
+// Why a live identity Lease is no upstream (IgnoredLease.Reason and label values of
+// skewgate_discovery_ignored_leases), besides the address policy's RejectMalformed and RejectNotAllowed.
+const (
+	IgnoredNoAddress    = "no_address"         // no peer-advertise-address annotation and no static upstream
+	IgnoredContested    = "contested_hostname" // another live Lease claims the same hostname
+	IgnoredMaxUpstreams = "max_upstreams"      // over --max-upstreams
+)
+
+// IgnoredLease is a live identity Lease that is no upstream, with what to do about it.
+type IgnoredLease struct {
+	Lease    string `json:"lease"`
+	Hostname string `json:"hostname"`
+	Reason   string `json:"reason"`
+	Hint     string `json:"hint,omitempty"`
+}
+
 // CapabilitySet is a group of two or more upstreams that together are exactly the servers of some
 // resource. xds makes one cluster per set; a set of one is that upstream's own cluster.
 type CapabilitySet struct {
@@ -99,8 +115,15 @@ type Topology struct {
 	// Version never repeats, also across restarts of skewgate.
 	Version   string
 	Generated time.Time
-	// Upstreams sorted by name.
+	// Upstreams sorted by name: the apiservers that proved themselves (discovery fetched over verified
+	// TLS and a valid document). Only these are given to Envoy (xds makes clusters of exactly these and
+	// Sets).
 	Upstreams []Upstream
+	// Unproven are upstreams whose discovery was never fetched (just joined, or an address that is no
+	// apiserver), sorted by name. They get no Envoy cluster: Envoy opens no connection to them.
+	Unproven []Upstream
+	// Ignored are live identity Leases that are no upstream, sorted by Lease name.
+	Ignored []IgnoredLease
 	// Sets used by any decision, sorted by cluster name.
 	Sets []CapabilitySet
 	// API is the merged /api (core group) document, APIs the merged /apis document.
@@ -125,9 +148,16 @@ func (t *Topology) Decide(key ResourceKey, verb string) Decision {
 	return r.Decision
 }
 
-// Upstream returns the upstream with the given name.
+// Upstream returns the upstream with the given name, proven or not.
 func (t *Topology) Upstream(name string) (Upstream, bool) {
-	i, ok := slices.BinarySearchFunc(t.Upstreams, name, func(u Upstream, n string) int {
+	if u, ok := findUpstream(t.Upstreams, name); ok {
+		return u, true
+	}
+	return findUpstream(t.Unproven, name)
+}
+
+func findUpstream(us []Upstream, name string) (Upstream, bool) {
+	i, ok := slices.BinarySearchFunc(us, name, func(u Upstream, n string) int {
 		switch {
 		case u.Name < n:
 			return -1
@@ -139,7 +169,7 @@ func (t *Topology) Upstream(name string) (Upstream, bool) {
 	if !ok {
 		return Upstream{}, false
 	}
-	return t.Upstreams[i], true
+	return us[i], true
 }
 
 // Clusters returns every cluster a decision may name, plus AllCluster's members: the per-upstream

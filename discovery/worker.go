@@ -7,8 +7,8 @@ import (
 	"go.uber.org/zap"
 )
 
-// upstreamState is what the workers learned about one upstream. It is owned by the Controller and
-// only touched under its mutex.
+// upstreamState is what the worker of one upstream learned about it. Its worker writes it (through
+// Controller.update) and the sync reads it, both under the Controller's mutex.
 type upstreamState struct {
 	ready       bool
 	probed      bool // a probe has completed
@@ -20,7 +20,23 @@ type upstreamState struct {
 	apiTag, apisTag string
 	lastFetchOK     time.Time
 	fetchFailing    bool
-	refetch         bool // a CRD or APIService changed: refetch at the next rebuild
+}
+
+// stateView is the part of an upstreamState a Topology shows: a change to it asks for a sync, a
+// change elsewhere (another successful probe) does not.
+type stateView struct {
+	ready, initialized, fetchFailing bool
+	version                          string
+	api, apis                        *Document
+	lastFetchOK                      time.Time // only while fetches fail: it sets when capabilities expire
+}
+
+func (s *upstreamState) visible() stateView {
+	v := stateView{ready: s.ready, initialized: s.initialized, fetchFailing: s.fetchFailing, version: s.version, api: s.api, apis: s.apis}
+	if s.fetchFailing {
+		v.lastFetchOK = s.lastFetchOK
+	}
+	return v
 }
 
 // worker probes and fetches one upstream until its context is cancelled.

@@ -37,19 +37,64 @@ var discoveryCodecs = func() serializer.CodecFactory {
 	return serializer.NewCodecFactory(scheme)
 }()
 
-// maxCachedResponses bounds the per-Topology cache of serialized discovery responses (one entry per
-// path and Accept header seen).
-const maxCachedResponses = 256
+// maxCacheBytes bounds the bytes of serialized answers one Topology's cache holds. The keys are
+// already bounded (paths the Topology serves times the few negotiated variants of each), so this only
+// matters for very large documents: an answer that does not fit is built per request instead.
+const maxCacheBytes = 64 << 20
 
-type cacheKey struct{ path, accept string }
+// cacheKey is what an answer depends on: the path and the NEGOTIATED representation, never the raw
+// Accept header. Any number of distinct Accept headers that negotiate the same representation share
+// one entry, so a client cannot grow the cache by varying the header.
+type cacheKey struct {
+	path string
+	// mediaType is the serializer's media type ("" when nothing acceptable was offered: the 406).
+	mediaType string
+	// convert is the aggregated discovery GVK asked for (zero for the legacy documents).
+	convert schema.GroupVersionKind
+	pretty  bool
+}
 
-// cachedResponse holds the finished answers for one path and Accept header: built once per
+// accept is the canonical Accept header that negotiates exactly k: the answer is built from it, so
+// it is a function of the key alone.
+func (k cacheKey) accept() string {
+	if k.mediaType == "" {
+		return "application/x-skewgate-unacceptable"
+	}
+	a := k.mediaType
+	if !k.convert.Empty() {
+		a += ";g=" + k.convert.Group + ";v=" + k.convert.Version + ";as=" + k.convert.Kind
+	}
+	if k.pretty {
+		a += ";pretty=1"
+	}
+	return a
+}
+
+// negotiatedKey negotiates accept the way the handler that answers path will (restrictions) and
+// returns the representation it picks.
+func negotiatedKey(path, accept string, restrictions negotiation.EndpointRestrictions) cacheKey {
+	k := cacheKey{path: path}
+	mt, ok := negotiation.NegotiateMediaTypeOptions(accept, discoveryCodecs.SupportedMediaTypes(), restrictions)
+	if !ok {
+		return k
+	}
+	k.mediaType = mt.Accepted.MediaType
+	// Pretty changes the bytes only where the serializer has a pretty form (JSON).
+	k.pretty = mt.Pretty && mt.Accepted.PrettySerializer != nil
+	if mt.Convert != nil {
+		k.convert = *mt.Convert
+	}
+	return k
+}
+
+// cachedResponse holds the finished answers for one path and representation: built once per
 // Topology, shared read-only by every request (gRPC only marshals them).
 type cachedResponse struct {
 	full *extprocv3.ProcessingResponse
 	// etag and notModified are set for a 200 with an ETag: If-None-Match with it gets the 304.
 	etag        string
 	notModified *extprocv3.ProcessingResponse
+	size        int // bytes charged to the cache: the body plus a little for headers
 }
 
 // frontDiscovery serves one Topology's merged discovery, the way an apiserver serves its own.
@@ -60,13 +105,15 @@ type frontDiscovery struct {
 	resources map[schema.GroupVersion]*metav1.APIResourceList
 	groups    map[string]*metav1.APIGroup
 
-	mu    sync.Mutex
-	cache map[cacheKey]*cachedResponse
+	mu         sync.Mutex
+	cache      map[cacheKey]*cachedResponse
+	cacheBytes int
+	maxBytes   int
 }
 
 func newFrontDiscovery(t *discovery.Topology) *frontDiscovery {
 	f := &frontDiscovery{version: t.Version, api: t.API, apis: t.APIs, cache: map[cacheKey]*cachedResponse{},
-		groups: map[string]*metav1.APIGroup{}}
+		maxBytes: maxCacheBytes, groups: map[string]*metav1.APIGroup{}}
 	var coreRes map[schema.GroupVersion]*metav1.APIResourceList
 	f.legacy, f.resources, _ = clientdiscovery.SplitGroupsAndResources(t.APIs.List)
 	_, coreRes, _ = clientdiscovery.SplitGroupsAndResources(t.API.List)
@@ -109,6 +156,7 @@ func (f *frontDiscovery) serve(method, path, accept, ifNoneMatch string) *extpro
 	}
 
 	var write func(w http.ResponseWriter, r *http.Request)
+	var restrictions negotiation.EndpointRestrictions = negotiation.DefaultEndpointRestrictions
 	legacy := func(obj runtime.Object) func(http.ResponseWriter, *http.Request) {
 		return func(w http.ResponseWriter, r *http.Request) {
 			responsewriters.WriteObjectNegotiated(discoveryCodecs, negotiation.DefaultEndpointRestrictions, schema.GroupVersion{}, w, r, http.StatusOK, obj, false)
@@ -121,6 +169,7 @@ func (f *frontDiscovery) serve(method, path, accept, ifNoneMatch string) *extpro
 			doc = f.api
 		}
 		if isAggregated {
+			restrictions = aggregated.DiscoveryEndpointRestrictions
 			write = func(w http.ResponseWriter, r *http.Request) {
 				out, _, err := negotiation.NegotiateOutputMediaType(r, discoveryCodecs, aggregated.DiscoveryEndpointRestrictions)
 				if err != nil || out.Convert == nil {
@@ -165,22 +214,23 @@ func (f *frontDiscovery) serve(method, path, accept, ifNoneMatch string) *extpro
 		return nil
 	}
 
-	key := cacheKey{path: p, accept: accept}
+	key := negotiatedKey(p, accept, restrictions)
 	f.mu.Lock()
 	c, ok := f.cache[key]
 	f.mu.Unlock()
 	if !ok {
 		r, _ := http.NewRequest(http.MethodGet, p, nil)
-		r.Header.Set("Accept", accept)
+		r.Header.Set("Accept", key.accept())
 		w := &responseBuffer{header: http.Header{}}
 		write(w, r)
-		c = &cachedResponse{full: respond(w.code(), w.header, w.body)}
+		c = &cachedResponse{full: respond(w.code(), w.header, w.body), size: len(w.body) + len(p) + 256}
 		if etag := w.header.Get("ETag"); etag != "" && w.code() == http.StatusOK {
 			c.etag, c.notModified = etag, respond(http.StatusNotModified, w.header, nil)
 		}
 		f.mu.Lock()
-		if len(f.cache) < maxCachedResponses {
+		if _, raced := f.cache[key]; !raced && f.cacheBytes+c.size <= f.maxBytes {
 			f.cache[key] = c
+			f.cacheBytes += c.size
 		}
 		f.mu.Unlock()
 	}

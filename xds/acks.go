@@ -2,6 +2,7 @@ package xds
 
 import (
 	"context"
+	"crypto/sha256"
 	"maps"
 	"strings"
 	"sync"
@@ -27,7 +28,17 @@ type stream struct {
 	pending map[string]push // by nonce
 	// clusters is the cluster set of the last CDS version this stream ACKed; nil before the first.
 	clusters map[string]bool
+	// nacked is, per type URL we sent, a digest of the version and detail of the latest NACK not
+	// followed by an ACK. It is all that is remembered of NACKs: one entry per type, dropped with
+	// the stream, so an Envoy that keeps rejecting (or sends ever-new details) cannot grow memory.
+	nacked map[string][sha256.Size]byte
 }
+
+// maxNodeID bounds the node id kept per stream (only used in log lines).
+const maxNodeID = 256
+
+// maxNackDetail bounds how much of an Envoy's error detail is logged.
+const maxNackDetail = 4 << 10
 
 // acks follows every xDS stream and knows which clusters every connected Envoy has acknowledged.
 // ext_proc asks it before naming a cluster (make-before-break): a cluster created by a Topology change
@@ -42,13 +53,12 @@ type acks struct {
 	published map[string]map[string]bool // CDS version -> cluster names
 	order     []string                   // published versions, oldest first
 	latest    map[string]bool
-	nackSeen  map[string]bool // type+version+detail logged already
 
 	ready atomic.Pointer[map[string]bool]
 }
 
 func newAcks(log *zap.Logger, m *metrics, now func() time.Time) *acks {
-	a := &acks{log: log, m: m, now: now, streams: map[int64]*stream{}, published: map[string]map[string]bool{}, nackSeen: map[string]bool{}}
+	a := &acks{log: log, m: m, now: now, streams: map[int64]*stream{}, published: map[string]map[string]bool{}}
 	empty := map[string]bool{}
 	a.ready.Store(&empty)
 	return a
@@ -100,7 +110,7 @@ func (a *acks) recompute() {
 
 func (a *acks) open(id int64, mode string) {
 	a.mu.Lock()
-	a.streams[id] = &stream{pending: map[string]push{}}
+	a.streams[id] = &stream{pending: map[string]push{}, nacked: map[string][sha256.Size]byte{}}
 	a.mu.Unlock()
 	a.m.streams.WithLabelValues(mode).Inc()
 }
@@ -135,6 +145,9 @@ func (a *acks) received(id int64, node *corev3.Node, nonce string, nack *string)
 	}
 	if node != nil && node.Id != "" {
 		s.node = node.Id
+		if len(s.node) > maxNodeID {
+			s.node = s.node[:maxNodeID]
+		}
 	}
 	p, ok := s.pending[nonce]
 	if !ok {
@@ -150,14 +163,21 @@ func (a *acks) received(id int64, node *corev3.Node, nonce string, nack *string)
 	typ := shortType(p.typeURL)
 	if nack != nil {
 		a.m.nacks.WithLabelValues(typ).Inc()
-		key := p.typeURL + "\x00" + p.version + "\x00" + *nack
-		if !a.nackSeen[key] {
-			a.nackSeen[key] = true
+		// Log a NACK once per stream, type, version and detail: Envoy repeats the same NACK on
+		// every retry, and a line per retry would bury the first.
+		digest := sha256.Sum256([]byte(p.version + "\x00" + *nack))
+		if prev, ok := s.nacked[p.typeURL]; !ok || prev != digest {
+			s.nacked[p.typeURL] = digest
+			detail := *nack
+			if len(detail) > maxNackDetail {
+				detail = detail[:maxNackDetail] + "...(truncated)"
+			}
 			a.log.Error("Envoy rejected configuration; it keeps its last accepted config",
-				zap.String("node", s.node), zap.String("type", typ), zap.String("version", p.version), zap.String("detail", *nack))
+				zap.String("node", s.node), zap.String("type", typ), zap.String("version", p.version), zap.String("detail", detail))
 		}
 		return
 	}
+	delete(s.nacked, p.typeURL)
 	a.m.acks.WithLabelValues(typ).Inc()
 	if p.typeURL == resourcev3.ClusterType {
 		if set, ok := a.published[p.version]; ok {

@@ -207,6 +207,15 @@ func printTopology(w io.Writer, v app.TopologyView) error {
 	for _, u := range v.Upstreams {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s\t%d\t%s\n", u.Name, u.Address, u.Version, u.Ready, u.Source, u.Resources, u.Cluster)
 	}
+	for _, u := range v.Unproven {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s\t-\t(unproven: no cluster)\n", u.Name, u.Address, u.Version, u.Ready, u.Source)
+	}
+	if len(v.Ignored) > 0 {
+		fmt.Fprintln(tw, "\nIGNORED LEASE\tHOSTNAME\tREASON\tHINT")
+		for _, l := range v.Ignored {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", l.Lease, l.Hostname, l.Reason, l.Hint)
+		}
+	}
 	if len(v.Sets) > 0 {
 		fmt.Fprintln(tw, "\nCAPABILITY SET\tMEMBERS")
 		for _, s := range v.Sets {

@@ -19,6 +19,8 @@ import (
 func TestTopologyCommand(t *testing.T) {
 	view := app.TopologyView{Version: "t-7", Generated: time.Unix(0, 0).UTC(), Snapshot: "s-3",
 		Upstreams: []discovery.Upstream{{Name: "old", Address: "10.0.0.1:6443", Version: "v1.35.4", Ready: true, Source: discovery.SourceStatic, Cluster: "skewgate-upstream-old"}},
+		Unproven:  []discovery.Upstream{{Name: "joining", Address: "10.0.0.9:6443", Source: discovery.SourceLease}},
+		Ignored:   []discovery.IgnoredLease{{Lease: "apiserver-abc", Hostname: "cp-2", Reason: discovery.IgnoredNoAddress, Hint: "add --static-upstream=cp-2=<ip>:<port>"}},
 		Skewed:    []discovery.SkewedResource{{Key: discovery.ResourceKey{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "mutatingadmissionpolicies"}, Decision: "route", Cluster: "skewgate-upstream-new"}}}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/topology" {
@@ -34,7 +36,8 @@ func TestTopologyCommand(t *testing.T) {
 	if err := cmd.Execute(); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"Topology t-7", "old", "v1.35.4", "admissionregistration.k8s.io/v1 mutatingadmissionpolicies", "skewgate-upstream-new"} {
+	for _, want := range []string{"Topology t-7", "old", "v1.35.4", "admissionregistration.k8s.io/v1 mutatingadmissionpolicies", "skewgate-upstream-new",
+		"joining", "unproven: no cluster", "apiserver-abc", "cp-2", "no_address", "--static-upstream=cp-2="} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}

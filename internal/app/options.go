@@ -28,6 +28,7 @@ type Options struct {
 	StaleAfter         time.Duration
 	ProbeInterval      time.Duration
 	PollInterval       time.Duration
+	MaxUpstreams       int
 
 	// Listeners of this process: host:port or unix:///path.
 	XDSListen, ExtProcListen, HTTPListen string
@@ -55,6 +56,7 @@ func NewOptions() *Options {
 		StaleAfter:         30 * time.Second,
 		ProbeInterval:      2 * time.Second,
 		PollInterval:       30 * time.Second,
+		MaxUpstreams:       discovery.DefaultMaxUpstreams,
 		XDSListen:          "127.0.0.1:18000",
 		ExtProcListen:      "127.0.0.1:18001",
 		HTTPListen:         "127.0.0.1:18080",
@@ -75,6 +77,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.TrustEndpointSlice, "trust-endpointslice", o.TrustEndpointSlice, "accept Lease addresses listed in the default/kubernetes EndpointSlice")
 	fs.DurationVar(&o.StaleAfter, "lease-stale-after", o.StaleAfter, "an identity Lease not renewed for this long means its apiserver is gone")
 	fs.DurationVar(&o.ProbeInterval, "probe-interval", o.ProbeInterval, "how often each apiserver's /readyz is probed")
+	fs.IntVar(&o.MaxUpstreams, "max-upstreams", o.MaxUpstreams, "most upstream apiservers (static ones included); identity Leases past it are refused, logged and counted in skewgate_discovery_ignored_leases")
 	fs.DurationVar(&o.PollInterval, "poll-interval", o.PollInterval, "how often each apiserver's discovery is refetched (CRD and APIService changes refetch at once)")
 
 	fs.StringVar(&o.XDSListen, "xds-listen", o.XDSListen, "xDS (ADS) gRPC listen address, host:port or unix:///path")
@@ -127,6 +130,11 @@ func (o *Options) Validate() []error {
 			continue
 		}
 		o.static = append(o.static, u)
+	}
+	if o.MaxUpstreams < 1 {
+		errs = append(errs, fmt.Errorf("--max-upstreams must be at least 1, not %d", o.MaxUpstreams))
+	} else if len(o.static) > o.MaxUpstreams {
+		errs = append(errs, fmt.Errorf("--max-upstreams=%d is less than the %d --static-upstream", o.MaxUpstreams, len(o.static)))
 	}
 	cidrs, err := discovery.ParseCIDRs(o.AllowedCIDRs)
 	if err != nil {

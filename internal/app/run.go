@@ -93,7 +93,7 @@ func Start(ctx context.Context, o *Options, lis Listeners, log *zap.Logger) (*Se
 
 	dcfg := discovery.Config{
 		Static: o.static, Policy: discovery.AddressPolicy{CIDRs: o.cidrs}, TrustEndpointSlice: o.TrustEndpointSlice,
-		StaleAfter: o.StaleAfter, ProbeInterval: o.ProbeInterval, PollInterval: o.PollInterval,
+		StaleAfter: o.StaleAfter, ProbeInterval: o.ProbeInterval, PollInterval: o.PollInterval, MaxUpstreams: o.MaxUpstreams,
 		Logger: log, Registry: reg,
 	}
 	if o.Kubeconfig != "" || inCluster() {
@@ -193,12 +193,15 @@ func (s *Server) Ready() bool {
 
 // TopologyView is the JSON document /topology serves and `skewgate topology` prints.
 type TopologyView struct {
-	Version   string                     `json:"version"`
-	Generated time.Time                  `json:"generated"`
-	Snapshot  string                     `json:"snapshot"`
-	Upstreams []discovery.Upstream       `json:"upstreams"`
-	Sets      []discovery.CapabilitySet  `json:"sets"`
-	Skewed    []discovery.SkewedResource `json:"skewed"`
+	Version   string               `json:"version"`
+	Generated time.Time            `json:"generated"`
+	Snapshot  string               `json:"snapshot"`
+	Upstreams []discovery.Upstream `json:"upstreams"`
+	// Unproven upstreams have no Envoy cluster yet; Ignored Leases are no upstream (with a hint).
+	Unproven []discovery.Upstream       `json:"unproven,omitempty"`
+	Ignored  []discovery.IgnoredLease   `json:"ignored,omitempty"`
+	Sets     []discovery.CapabilitySet  `json:"sets"`
+	Skewed   []discovery.SkewedResource `json:"skewed"`
 }
 
 func (s *Server) httpHandler(withPprof bool) http.Handler {
@@ -222,7 +225,8 @@ func (s *Server) httpHandler(withPprof bool) http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		enc.Encode(TopologyView{Version: t.Version, Generated: t.Generated, Snapshot: snap, Upstreams: t.Upstreams, Sets: t.Sets, Skewed: t.Skewed()})
+		enc.Encode(TopologyView{Version: t.Version, Generated: t.Generated, Snapshot: snap, Upstreams: t.Upstreams,
+			Unproven: t.Unproven, Ignored: t.Ignored, Sets: t.Sets, Skewed: t.Skewed()})
 	})
 	if withPprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)

@@ -1,0 +1,149 @@
+package discovery
+
+import (
+	"net/netip"
+	"runtime"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+func histogram(h prometheus.Histogram) (count uint64, sum float64) {
+	var m dto.Metric
+	if err := h.(prometheus.Metric).Write(&m); err != nil {
+		panic(err)
+	}
+	return m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum()
+}
+
+// TestRenewalsRebuildNothing: three apiservers renewing their Leases (here 100 times each, what an
+// apiserver does in 17 minutes) cause no rebuild and no Lease-event latency; a later real change is
+// published, and the latency it observes is its own, not the time since the first renewal.
+func TestRenewalsRebuildNothing(t *testing.T) {
+	pki, cert := testPKI(t)
+	var leases []*coordinationv1.Lease
+	client := fake.NewClientset()
+	for i := range 3 {
+		up := newFakeUpstream(t, cert, "v1.36.3", docJSON(t, coreDoc()), docJSON(t, apisDoc(true)))
+		l := lease("apiserver-"+strconv.Itoa(i), "cp"+strconv.Itoa(i), up.addr(), time.Now())
+		client.Tracker().Add(l)
+		leases = append(leases, l)
+	}
+	c, err := New(Config{Client: client, Upstream: restFor(t, pki), Registry: prometheus.NewRegistry(),
+		Policy: AddressPolicy{CIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}, ProbeInterval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := runController(t, c)
+	waitFor(t, c, "three ready upstreams", func(tp *Topology) bool {
+		for _, u := range tp.Upstreams {
+			if !u.Ready {
+				return false
+			}
+		}
+		return len(tp.Upstreams) == 3
+	})
+	time.Sleep(300 * time.Millisecond) // let the last state changes settle
+	rebuilds, _ := histogram(c.metrics.rebuildDuration)
+	events, _ := histogram(c.metrics.leaseToTopology)
+	syncs := c.syncs.Load()
+
+	var last time.Time
+	for range 100 {
+		for _, l := range leases {
+			last = time.Now()
+			l.Spec.RenewTime = &metav1.MicroTime{Time: last}
+			if _, err := client.CoordinationV1().Leases(LeaseNamespace).Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	poll(t, 10*time.Second, "the informer to see the last renewal", func() bool {
+		for _, l := range c.leases() {
+			if l.Name == leases[2].Name {
+				return l.Spec.RenewTime.Time.Equal(last)
+			}
+		}
+		return false
+	})
+	time.Sleep(300 * time.Millisecond) // a rebuild would happen within this
+	if got, _ := histogram(c.metrics.rebuildDuration); got != rebuilds {
+		t.Errorf("300 renewals caused %d rebuilds, want 0", got-rebuilds)
+	}
+	if got, _ := histogram(c.metrics.leaseToTopology); got != events {
+		t.Errorf("300 renewals observed %d Lease-event latencies, want 0", got-events)
+	}
+	t.Logf("300 renewals: %d rebuilds, %d syncs (probes that changed nothing included)", 0, c.syncs.Load()-syncs)
+
+	// A real change later: its latency is its own.
+	time.Sleep(2 * time.Second)
+	holder := "apiserver-0_restarted"
+	leases[0].Spec.HolderIdentity = &holder
+	if _, err := client.CoordinationV1().Leases(LeaseNamespace).Update(ctx, leases[0], metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, c, "the new holder", func(tp *Topology) bool { u, _ := tp.Upstream("cp0"); return u.Holder == holder })
+	poll(t, 5*time.Second, "the latency observed", func() bool { n, _ := histogram(c.metrics.leaseToTopology); return n == events+1 })
+	if _, sum := histogram(c.metrics.leaseToTopology); sum > 1.5 {
+		t.Errorf("Lease event to Topology: %.2fs in all, want the holder change's own latency (under 1.5s), not the time since the renewals", sum)
+	}
+}
+
+// BenchmarkLeaseChurn: 5000 identity Leases (forged, without an address: all ignored) all renewed
+// in every iteration, 50 of them with a new holder. Each renewal goes through the Lease handler's
+// filter, and each iteration ends with the sync the changes ask for (the queue coalesces them). The
+// informers and the fake clientset are left out: they are client-go's cost, not ours.
+func BenchmarkLeaseChurn(b *testing.B) {
+	pki, _ := testPKI(b)
+	c, err := New(Config{Client: fake.NewClientset(), Upstream: restFor(b, pki), Registry: prometheus.NewRegistry()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	leases := make([]*coordinationv1.Lease, 5000)
+	for i := range leases {
+		leases[i] = lease("apiserver-f"+strconv.Itoa(i), "f"+strconv.Itoa(i), "", time.Now())
+	}
+	c.leases = func() []*coordinationv1.Lease { return leases }
+	ctx := b.Context()
+	c.sync(ctx)
+	if t := c.Current(); t == nil || len(t.Ignored) != 5000 {
+		b.Fatal("no first Topology with 5000 ignored Leases")
+	}
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	heap := float64(ms.HeapAlloc) / (1 << 20)
+	rebuilds, _ := histogram(c.metrics.rebuildDuration)
+	b.ReportAllocs()
+	n, syncs := 0, 0
+	for b.Loop() {
+		n++
+		changed := false
+		for i, old := range leases {
+			l := old.DeepCopy()
+			l.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
+			if i%100 == n%100 {
+				h := "holder-" + strconv.Itoa(n)
+				l.Spec.HolderIdentity = &h
+			}
+			if c.leaseChanged(old, l) {
+				changed = true
+			}
+			leases[i] = l
+		}
+		if changed {
+			syncs++
+			c.sync(ctx)
+		}
+	}
+	after, _ := histogram(c.metrics.rebuildDuration)
+	b.ReportMetric(float64(after-rebuilds)/float64(n), "rebuilds/op")
+	b.ReportMetric(float64(syncs)/float64(n), "syncs/op")
+	b.ReportMetric(heap, "MiB-heap-5000-leases")
+}
