@@ -21,8 +21,15 @@ import (
 // would read it, 37139 and 39066, were closed unmerged). So every entry carries `append`
 // explicitly and leaves `append_action` at its zero value.
 func setHeader(key, value string, appendValue bool) *corev3.HeaderValueOption {
-	return &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: key, RawValue: []byte(value)}, Append: wrapperspb.Bool(appendValue)}
+	a := appendNo
+	if appendValue {
+		a = appendYes
+	}
+	return &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: key, RawValue: []byte(value)}, Append: a}
 }
+
+// appendNo and appendYes are shared by every mutation: gRPC only reads them when it marshals.
+var appendNo, appendYes = wrapperspb.Bool(false), wrapperspb.Bool(true)
 
 // identity is a verified client certificate's user, as the headers the apiserver's request-header
 // authenticator reads (k8s.io/apiserver pkg/authentication/request/headerrequest): the CN is the user
