@@ -1,7 +1,6 @@
 package extproc
 
 import (
-	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -10,18 +9,19 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"math/big"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	"google.golang.org/grpc/metadata"
 	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/endpoints/discovery/aggregated"
 
+	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/internal/wire"
 )
 
@@ -49,8 +49,10 @@ func header(ir *extprocv3.ImmediateResponse, key string) string {
 func TestDiscoveryNegotiation(t *testing.T) {
 	h := startServer(t)
 	top := h.src.Current()
+	// get runs the whole exchange for a client the apiserver authorizes (upstream 200).
 	get := func(path, accept string, extra ...string) *extprocv3.ProcessingResponse {
-		return h.roundTrip(t, envoyHeaders("GET", path, append([]string{"accept", accept}, extra...)...))
+		_, last := h.exchange(t, envoyHeaders("GET", path, append([]string{"accept", accept}, extra...)...), "200")
+		return last
 	}
 	aggregatedJSON := func(name string, resp *extprocv3.ProcessingResponse, version string) *extprocv3.ImmediateResponse {
 		t.Helper()
@@ -117,8 +119,8 @@ func TestDiscoveryNegotiation(t *testing.T) {
 	}
 
 	// profile=nopeer asks for one apiserver's own view: it passes through.
-	check(t, "nopeer", get("/apis", acceptV2NoPeer), want{})
-	check(t, "nopeer /api", get("/api", acceptV2NoPeer), want{})
+	check(t, "nopeer", get("/apis", acceptV2NoPeer), want{cluster: wire.AllCluster})
+	check(t, "nopeer /api", get("/api", acceptV2NoPeer), want{cluster: wire.AllCluster})
 
 	// Legacy lists, JSON and YAML; an unacceptable type gets 406 like from an apiserver.
 	check(t, "legacy /apis", get("/apis", "application/json"), want{kind: "APIGroupList"})
@@ -134,13 +136,23 @@ func TestDiscoveryNegotiation(t *testing.T) {
 		t.Errorf("legacy resource list lacks %s: %v", mapResourceName, legacy)
 	}
 
-	// A new Topology replaces the served documents (and their ETag).
-	next := skewedTopology()
-	next.Version = "test-2"
+	// A new Topology replaces the served documents (and their ETag): here one more upstream serves
+	// a group nobody served before.
+	extra := doc("extra", grp("apps", "v1", rsc("deployments", "scale")), grp("admissionregistration.k8s.io", "v1", rsc("validatingadmissionpolicies", "status"), rsc("mutatingadmissionpolicies")),
+		grp("widgets.example.org", "v1", rsc("gizmos")))
+	next := discovery.Build("test-2", time.Now(), append(skewedFacts(), discovery.UpstreamFacts{
+		Upstream: discovery.Upstream{Name: "extra", Ready: true}, API: doc("core", grp("", "v1", rsc("pods"))), APIs: extra,
+	}))
+	if next.APIs.ETag == top.APIs.ETag {
+		t.Fatal("the second Topology has the first one's ETag: the test is wrong")
+	}
 	h.src.t.Store(next)
-	if ir := get("/apis", acceptV2, "if-none-match", etag).GetImmediateResponse(); ir == nil || ir.Status.Code != 304 {
-		// Same content, same ETag: still not modified.
-		t.Errorf("unchanged content after a new Topology: %v", ir)
+	ir := get("/apis", acceptV2, "if-none-match", etag).GetImmediateResponse()
+	if ir == nil || ir.Status.Code != 200 || !strings.Contains(string(ir.Body), "widgets.example.org") || header(ir, "etag") != strconv.Quote(next.APIs.ETag) {
+		t.Errorf("after a new Topology with another group, If-None-Match with the old ETag: %v, want 200 with widgets.example.org and ETag %q", ir, next.APIs.ETag)
+	}
+	if ir := get("/apis/widgets.example.org/v1", "application/json").GetImmediateResponse(); ir == nil || ir.Status.Code != 200 || !strings.Contains(string(ir.Body), `"gizmos"`) {
+		t.Errorf("the new group's resource list is not served: %v", ir)
 	}
 }
 
@@ -153,7 +165,7 @@ func TestClusterGate(t *testing.T) {
 	mapPath := "/apis/admissionregistration.k8s.io/v1/" + mapResourceName
 	h := startServer(t, WithClusterGate(gate{}))
 	check(t, "not acked", h.roundTrip(t, envoyHeaders("GET", mapPath)), want{code: 503, reason: "ServiceUnavailable"})
-	check(t, "default route needs no gate", h.roundTrip(t, envoyHeaders("GET", "/api/v1/pods")), want{})
+	check(t, "default route needs no gate", h.roundTrip(t, envoyHeaders("GET", "/api/v1/pods")), want{cluster: wire.AllCluster})
 
 	h = startServer(t, WithClusterGate(gate{wire.UpstreamCluster("new"): true}))
 	check(t, "acked", h.roundTrip(t, envoyHeaders("GET", mapPath)), want{cluster: wire.UpstreamCluster("new")})
@@ -220,44 +232,44 @@ func TestClientCertIdentity(t *testing.T) {
 	}
 }
 
-// TestAnonymousStaysAnonymous: Envoy's per-route metadata for a request without credentials makes
-// the service assert the anonymous identity; without the metadata nothing is asserted.
-func TestAnonymousStaysAnonymous(t *testing.T) {
+// TestNoCredentialsMeansNoIdentity: Envoy's per-route metadata marks a request without credentials;
+// the service then names the anonymous twin of the cluster it picks (no client certificate towards
+// the apiservers, which apply their own anonymous policy) and asserts no identity at all. Upgrades
+// keep the HTTP/1.1 twin, with no identity. Without the metadata nothing changes.
+func TestNoCredentialsMeansNoIdentity(t *testing.T) {
 	h := startServer(t)
-	identity := func(md ...string) (user, group string) {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if len(md) > 0 {
-			ctx = metadata.AppendToOutgoingContext(ctx, md...)
+	none := []string{wire.CredentialsMetadata, wire.CredentialsNone}
+	mapPath := "/apis/admissionregistration.k8s.io/v1/" + mapResourceName
+	cases := []struct {
+		name    string
+		req     *extprocv3.ProcessingRequest
+		md      []string
+		cluster string
+	}{
+		{"default", envoyHeaders("GET", "/api/v1/namespaces", "x-remote-user", "admin", "x-remote-group", "system:masters"), none, wire.AnonCluster(wire.AllCluster)},
+		{"routed", envoyHeaders("GET", mapPath), none, wire.AnonCluster(wire.UpstreamCluster("new"))},
+		{"non-resource", envoyHeaders("GET", "/version"), none, wire.AnonCluster(wire.AllCluster)},
+		{"discovery", envoyHeaders("GET", "/apis", "accept", acceptV2), none, wire.AnonCluster(wire.AllCluster)},
+		{"upgrade", envoyHeaders("POST", "/api/v1/namespaces/d/pods/p/exec", "upgrade", "SPDY/3.1"), none, wire.HTTP1Cluster(wire.AllCluster)},
+		{"routed upgrade", envoyHeaders("GET", mapPath+"?watch=true", "upgrade", "websocket"), none, wire.HTTP1Cluster(wire.UpstreamCluster("new"))},
+		{"credentials present", envoyHeaders("GET", "/api/v1/namespaces"), nil, wire.AllCluster},
+		{"unknown metadata value", envoyHeaders("GET", "/api/v1/namespaces"), []string{wire.CredentialsMetadata, "something else"}, wire.AllCluster},
+	}
+	for _, c := range cases {
+		first, _ := h.exchange(t, c.req, "403", c.md...)
+		m := first.GetRequestHeaders().GetResponse().GetHeaderMutation()
+		if got := routeHeader(t, m); got != c.cluster {
+			t.Errorf("%s: cluster %q, want %q", c.name, got, c.cluster)
 		}
-		stream, err := h.client.Process(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := stream.Send(envoyHeaders("GET", "/api/v1/namespaces")); err != nil {
-			t.Fatal(err)
-		}
-		resp, err := stream.Recv()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, hv := range resp.GetRequestHeaders().GetResponse().GetHeaderMutation().GetSetHeaders() {
-			switch hv.Header.Key {
-			case wire.RemoteUserHeader:
-				user = string(hv.Header.RawValue)
-			case wire.RemoteGroupHeader:
-				group = string(hv.Header.RawValue)
+		for _, hv := range m.GetSetHeaders() {
+			if strings.HasPrefix(hv.Header.Key, "x-remote-") {
+				t.Errorf("%s: asserts %s: %s", c.name, hv.Header.Key, hv.Header.RawValue)
 			}
 		}
-		return user, group
-	}
-	if u, g := identity(wire.CredentialsMetadata, wire.CredentialsNone); u != wire.AnonymousUser || g != wire.UnauthenticatedGroup {
-		t.Errorf("no credentials: %q %q, want %s %s", u, g, wire.AnonymousUser, wire.UnauthenticatedGroup)
-	}
-	if u, g := identity(); u != "" || g != "" {
-		t.Errorf("credentials present: asserted %q %q", u, g)
-	}
-	if u, g := identity(wire.CredentialsMetadata, "something else"); u != "" || g != "" {
-		t.Errorf("unknown metadata value: asserted %q %q", u, g)
+		for _, hn := range []string{wire.RemoteUserHeader, wire.RemoteGroupHeader, wire.RemoteUIDHeader} {
+			if !slices.Contains(m.GetRemoveHeaders(), hn) {
+				t.Errorf("%s: client copies of %s are not removed: %v", c.name, hn, m.GetRemoveHeaders())
+			}
+		}
 	}
 }

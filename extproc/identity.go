@@ -9,9 +9,27 @@ import (
 	"sync"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/skewgate/skewgate/internal/wire"
 )
+
+// setHeader is a header mutation entry in the form Envoy's ext_proc filter reads. Its mutation code
+// (source/extensions/filters/http/ext_proc/mutation_utils.cc, MutationUtils::applyHeaderMutations)
+// reads only the deprecated `append` BoolValue: unset or false replaces every value of the header,
+// true adds one more; `append_action` is never read (envoy issue 36982; the pull requests that
+// would read it, 37139 and 39066, were closed unmerged). So every entry carries `append`
+// explicitly and leaves `append_action` at its zero value.
+func setHeader(key, value string, appendValue bool) *corev3.HeaderValueOption {
+	a := appendNo
+	if appendValue {
+		a = appendYes
+	}
+	return &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: key, RawValue: []byte(value)}, Append: a}
+}
+
+// appendNo and appendYes are shared by every mutation: gRPC only reads them when it marshals.
+var appendNo, appendYes = wrapperspb.Bool(false), wrapperspb.Bool(true)
 
 // identity is a verified client certificate's user, as the headers the apiserver's request-header
 // authenticator reads (k8s.io/apiserver pkg/authentication/request/headerrequest): the CN is the user
@@ -20,13 +38,6 @@ type identity struct {
 	user    string
 	headers []*corev3.HeaderValueOption
 }
-
-// anonymousIdentity is what an apiserver makes of a request without credentials; the front asserts it
-// over the front-proxy certificate, which alone (no user header) would fail authentication.
-var anonymousIdentity = &identity{user: wire.AnonymousUser, headers: []*corev3.HeaderValueOption{
-	{Header: &corev3.HeaderValue{Key: wire.RemoteUserHeader, RawValue: []byte(wire.AnonymousUser)}, AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD},
-	{Header: &corev3.HeaderValue{Key: wire.RemoteGroupHeader, RawValue: []byte(wire.UnauthenticatedGroup)}, AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD},
-}}
 
 // maxIdentities bounds the cache of parsed client certificates.
 const maxIdentities = 4096
@@ -62,7 +73,7 @@ func (c *identityCache) lookup(xfcc string) *identity {
 
 // parseXFCC reads the Cert field (URL-encoded PEM) of Envoy's X-Forwarded-Client-Cert. Anything but
 // exactly one element with one parsable certificate with a CN gives no identity: the request then
-// goes upstream anonymous, never with more privilege than proved.
+// goes upstream without one, never with more privilege than proved.
 func parseXFCC(v string) *identity {
 	if strings.Count(v, "Cert=") != 1 {
 		return nil
@@ -87,17 +98,11 @@ func parseXFCC(v string) *identity {
 		return nil
 	}
 	id := &identity{user: cert.Subject.CommonName}
-	add := func(k, v string, action corev3.HeaderValueOption_HeaderAppendAction) {
-		id.headers = append(id.headers, &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: k, RawValue: []byte(v)}, AppendAction: action})
-	}
-	add(wire.RemoteUserHeader, cert.Subject.CommonName, corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD)
+	id.headers = append(id.headers, setHeader(wire.RemoteUserHeader, cert.Subject.CommonName, false))
 	for i, o := range cert.Subject.Organization {
-		action := corev3.HeaderValueOption_APPEND_IF_EXISTS_OR_ADD
-		if i == 0 {
-			// The first overwrites whatever is there; the listener removed client copies anyway.
-			action = corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD
-		}
-		add(wire.RemoteGroupHeader, o, action)
+		// The first group replaces whatever is there (the listener removed client copies anyway);
+		// each later one adds a value, so the apiserver sees every group.
+		id.headers = append(id.headers, setHeader(wire.RemoteGroupHeader, o, i > 0))
 	}
 	return id
 }

@@ -22,8 +22,29 @@ func BenchmarkServerDecide(b *testing.B) {
 	hs := envoyHeaders("GET", "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies?watch=true").GetRequestHeaders()
 	b.ReportAllocs()
 	for b.Loop() {
-		if r := s.requestHeaders(hs, false); r.GetRequestHeaders() == nil {
+		if r, _ := s.requestHeaders(hs, false); r.GetRequestHeaders() == nil {
 			b.Fatal(r)
+		}
+	}
+}
+
+// BenchmarkDiscoveryAnswer is the in-process work for one discovery request the front serves: the
+// request phase (decide, name the cluster, ask for the response headers) and the response phase
+// (read the upstream's status, hand back the cached merged answer).
+func BenchmarkDiscoveryAnswer(b *testing.B) {
+	src := &fixedSource{}
+	src.t.Store(skewedTopology())
+	s := NewServer(src, nil, nil)
+	hs := envoyHeaders("GET", "/apis", "accept", acceptKubectl).GetRequestHeaders()
+	upstream := upstreamStatus("200").GetResponseHeaders()
+	b.ReportAllocs()
+	for b.Loop() {
+		r, pending := s.requestHeaders(hs, false)
+		if r.GetModeOverride() == nil || pending == nil {
+			b.Fatal(r)
+		}
+		if a := s.responseHeaders(upstream, pending); a.GetImmediateResponse() == nil {
+			b.Fatal(a)
 		}
 	}
 }

@@ -8,7 +8,7 @@ const (
 	OutcomeRouted      = "routed"      // routed to a capability-set or upstream cluster
 	OutcomeUnavailable = "unavailable" // 503: capable upstreams exist, none is ready
 	OutcomePending     = "pending"     // 503: the capable set's cluster is not in every Envoy yet
-	OutcomeDiscovery   = "discovery"   // discovery document served from the merged Topology
+	OutcomeDiscovery   = "discovery"   // discovery the front serves merged once an apiserver authorizes the request
 	OutcomePassthrough = "passthrough" // non-resource request, or discovery an apiserver answers itself (profile=nopeer)
 	OutcomeUnsynced    = "unsynced"    // no Topology yet: default route
 	OutcomeInvalid     = "invalid"     // malformed request: 400
@@ -18,6 +18,8 @@ type metrics struct {
 	decisions *prometheus.CounterVec
 	latency   prometheus.Histogram
 	streams   prometheus.Gauge
+
+	discoveryResponses *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -35,9 +37,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "skewgate_extproc_streams_in_flight",
 			Help: "Open ext_proc streams (one per HTTP request; Envoy < 1.37 keeps one open per WATCH).",
 		}),
+		discoveryResponses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "skewgate_extproc_discovery_responses_total",
+			Help: "Discovery requests in the response phase by outcome (served: the apiserver authorized it and the merged answer replaced its own; passed: its refusal or error passed through; unexpected: response headers without a pending answer).",
+		}, []string{"outcome"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.decisions, m.latency, m.streams)
+		reg.MustRegister(m.decisions, m.latency, m.streams, m.discoveryResponses)
+	}
+	for _, o := range []string{DiscoveryServed, DiscoveryPassed, DiscoveryUnexpected} {
+		m.discoveryResponses.WithLabelValues(o)
 	}
 	for _, o := range []string{OutcomeDefault, OutcomeRouted, OutcomeUnavailable, OutcomePending, OutcomeDiscovery, OutcomePassthrough, OutcomeUnsynced, OutcomeInvalid} {
 		m.decisions.WithLabelValues(o)

@@ -66,27 +66,22 @@ func NewServer(src TopologySource, log *zap.Logger, reg prometheus.Registerer, o
 	return s
 }
 
-// streamState is where a stream is in the ext_proc exchange.
-type streamState uint8
-
-const (
-	awaitingHeaders streamState = iota // nothing seen yet
-	headersAnswered                    // request headers answered; Envoy < 1.37 keeps the stream open
-)
-
 // Process serves one stream: one HTTP request. Envoy sends request_headers first (header-only
-// mode); any other phase it sends (a misconfigured processing mode) is answered with an empty
-// response of the same phase instead of hanging the request.
+// mode). For a discovery request the answer asks Envoy for the response headers too (mode_override);
+// the stream then holds the finished discovery answer, one pointer, until they arrive. Any other
+// phase Envoy sends (a misconfigured processing mode) is answered with an empty response of the same
+// phase instead of hanging the request.
 func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
 	s.metrics.streams.Inc()
 	defer s.metrics.streams.Dec()
-	state := awaitingHeaders
 	// Envoy marks a request that carries no credentials at all with stream metadata (wire.CredentialsMetadata).
 	var anonymous bool
 	if md, ok := metadata.FromIncomingContext(stream.Context()); ok {
 		v := md.Get(wire.CredentialsMetadata)
 		anonymous = len(v) == 1 && v[0] == wire.CredentialsNone
 	}
+	// pending is the discovery answer chosen from the request, sent only if an apiserver authorizes it.
+	var pending *extprocv3.ProcessingResponse
 	for {
 		req, err := stream.Recv()
 		if err != nil {
@@ -98,10 +93,10 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 		var resp *extprocv3.ProcessingResponse
 		switch r := req.Request.(type) {
 		case *extprocv3.ProcessingRequest_RequestHeaders:
-			resp = s.requestHeaders(r.RequestHeaders, anonymous)
-			state = headersAnswered
+			resp, pending = s.requestHeaders(r.RequestHeaders, anonymous)
 		case *extprocv3.ProcessingRequest_ResponseHeaders:
-			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{}}}
+			resp = s.responseHeaders(r.ResponseHeaders, pending)
+			pending = nil
 		case *extprocv3.ProcessingRequest_RequestBody:
 			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{}}}
 		case *extprocv3.ProcessingRequest_ResponseBody:
@@ -111,7 +106,7 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 		case *extprocv3.ProcessingRequest_ResponseTrailers:
 			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocv3.TrailersResponse{}}}
 		default:
-			return status.Errorf(codes.InvalidArgument, "unknown ext_proc request %T in state %d", r, state)
+			return status.Errorf(codes.InvalidArgument, "unknown ext_proc request %T", r)
 		}
 		if err := stream.Send(resp); err != nil {
 			return err
@@ -134,8 +129,10 @@ type headersRead struct {
 	extra                                         []string // client-supplied X-Remote-Extra-* names
 }
 
-// requestHeaders decides for one request.
-func (s *Server) requestHeaders(h *extprocv3.HttpHeaders, anonymous bool) *extprocv3.ProcessingResponse {
+// requestHeaders decides for one request. For a discovery request the front serves itself it also
+// returns the finished answer to send once the upstream's response headers show the request is
+// authorized.
+func (s *Server) requestHeaders(h *extprocv3.HttpHeaders, anonymous bool) (*extprocv3.ProcessingResponse, *extprocv3.ProcessingResponse) {
 	start := time.Now()
 	r := headersRead{anonymous: anonymous}
 	for _, hv := range h.GetHeaders().GetHeaders() {
@@ -156,61 +153,79 @@ func (s *Server) requestHeaders(h *extprocv3.HttpHeaders, anonymous bool) *extpr
 			r.extra = append(r.extra, k)
 		}
 	}
-	outcome, resp := s.decide(&r)
+	outcome, resp, pending := s.decide(&r)
 	s.metrics.decisions.WithLabelValues(outcome).Inc()
 	s.metrics.latency.Observe(time.Since(start).Seconds())
 	if ce := s.log.Check(zap.DebugLevel, "decision"); ce != nil {
 		ce.Write(zap.String("method", r.method), zap.String("path", r.path), zap.String("outcome", outcome))
 	}
-	return resp
+	return resp, pending
 }
 
-func (s *Server) decide(r *headersRead) (string, *extprocv3.ProcessingResponse) {
+func (s *Server) decide(r *headersRead) (string, *extprocv3.ProcessingResponse, *extprocv3.ProcessingResponse) {
 	if !r.hasPath {
-		return OutcomeInvalid, immediate(http.StatusBadRequest, "BadRequest", "request has no :path")
+		return OutcomeInvalid, immediate(http.StatusBadRequest, "BadRequest", "request has no :path"), nil
 	}
 	c, err := Classify(r.method, r.path)
 	if err != nil {
-		return OutcomeInvalid, immediate(http.StatusBadRequest, "BadRequest", err.Error())
+		return OutcomeInvalid, immediate(http.StatusBadRequest, "BadRequest", err.Error()), nil
 	}
-	id := s.identities.lookup(r.clientCert)
-	if id == nil && r.anonymous && r.clientCert == "" {
-		id = anonymousIdentity
+	// A request without credentials carries no identity at all: it reaches the apiservers over the
+	// anonymous twin clusters, which present no client certificate, so each apiserver applies its own
+	// anonymous policy exactly as it would to the request sent directly.
+	anonymous := r.anonymous && r.clientCert == ""
+	var id *identity
+	if !anonymous {
+		id = s.identities.lookup(r.clientCert)
 	}
+	all := r.target(wire.AllCluster, anonymous)
 	t := s.src.Current()
 	switch c.Kind {
 	case Discovery:
 		if t == nil {
-			return OutcomeUnsynced, s.continueWith(r, "", id)
+			return OutcomeUnsynced, s.continueWith(r, all, id), nil
 		}
-		if resp := s.discoveryFor(t).serve(r.method, r.path, r.accept, r.ifNoneMatch); resp != nil {
-			return OutcomeDiscovery, resp
+		if answer := s.discoveryFor(t).serve(r.method, r.path, r.accept, r.ifNoneMatch); answer != nil {
+			// The apiserver decides whether this request may see discovery at all; the front only
+			// replaces a document it was allowed to see (responseHeaders).
+			resp := s.continueWith(r, all, id)
+			resp.ModeOverride = discoveryMode
+			return OutcomeDiscovery, resp, answer
 		}
-		return OutcomePassthrough, s.continueWith(r, "", id)
+		return OutcomePassthrough, s.continueWith(r, all, id), nil
 	case NonResource:
-		return OutcomePassthrough, s.continueWith(r, "", id)
+		return OutcomePassthrough, s.continueWith(r, all, id), nil
 	}
 	if t == nil {
-		return OutcomeUnsynced, s.continueWith(r, "", id)
+		return OutcomeUnsynced, s.continueWith(r, all, id), nil
 	}
 	d := t.Decide(c.Key, c.Verb)
 	switch d.Action {
 	case discovery.ActionRoute:
-		cluster := d.Cluster
-		if r.upgrade {
-			// exec, attach, port-forward: the HTTP/1.1 twin carries the upgrade.
-			cluster = wire.HTTP1Cluster(cluster)
-		}
+		cluster := r.target(d.Cluster, anonymous)
 		if s.gate != nil && !s.gate.ClusterReady(cluster) {
 			return OutcomePending, immediate(http.StatusServiceUnavailable, string(metav1.StatusReasonServiceUnavailable),
-				fmt.Sprintf("routing to the apiservers that serve %s is being set up, retry", resourceName(c.Key)))
+				fmt.Sprintf("routing to the apiservers that serve %s is being set up, retry", resourceName(c.Key))), nil
 		}
-		return OutcomeRouted, s.continueWith(r, cluster, id)
+		return OutcomeRouted, s.continueWith(r, cluster, id), nil
 	case discovery.ActionUnavailable:
 		return OutcomeUnavailable, immediate(http.StatusServiceUnavailable, string(metav1.StatusReasonServiceUnavailable),
-			fmt.Sprintf("no apiserver that serves %s is available, retry later", resourceName(c.Key)))
+			fmt.Sprintf("no apiserver that serves %s is available, retry later", resourceName(c.Key))), nil
 	}
-	return OutcomeDefault, s.continueWith(r, "", id)
+	return OutcomeDefault, s.continueWith(r, all, id), nil
+}
+
+// target is the twin of cluster that carries this request: the HTTP/1.1 twin for an upgrade (exec,
+// attach, port-forward cannot ride HTTP/2; without credentials it has no identity and the apiserver
+// refuses it), the anonymous twin for a request without credentials, else cluster itself.
+func (r *headersRead) target(cluster string, anonymous bool) string {
+	switch {
+	case r.upgrade:
+		return wire.HTTP1Cluster(cluster)
+	case anonymous:
+		return wire.AnonCluster(cluster)
+	}
+	return cluster
 }
 
 func resourceName(k discovery.ResourceKey) string {
@@ -224,20 +239,15 @@ func resourceName(k discovery.ResourceKey) string {
 	return s + "." + k.Group + " (" + k.Version + ")"
 }
 
-// continueWith lets the request go on, with the routing header set to cluster (or removed) and the
-// identity headers set from the verified client certificate (or removed). The response always
-// carries a header mutation: Envoy only clears the route cache when it does (envoy#31241), and
-// clear_route_cache makes the route table see our header.
+// continueWith lets the request go on, with the routing header naming cluster and the identity
+// headers set from the verified client certificate (or removed). Every decision names its cluster,
+// the default ones too, and the response always carries a header mutation: Envoy clears the route
+// cache only when it does (DecodingProcessorState::clearRouteCache in
+// source/extensions/filters/http/ext_proc/processor_state.cc), and the route re-matched then sees
+// our header and nothing else a client or another filter chose.
 func (s *Server) continueWith(r *headersRead, cluster string, id *identity) *extprocv3.ProcessingResponse {
-	m := &extprocv3.HeaderMutation{RemoveHeaders: make([]string, 0, 4+len(r.extra))}
-	if cluster != "" {
-		m.SetHeaders = append(m.SetHeaders, &corev3.HeaderValueOption{
-			Header:       &corev3.HeaderValue{Key: wire.RouteHeader, RawValue: []byte(cluster)},
-			AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
-		})
-	} else {
-		m.RemoveHeaders = append(m.RemoveHeaders, wire.RouteHeader)
-	}
+	m := &extprocv3.HeaderMutation{RemoveHeaders: make([]string, 0, 3+len(r.extra))}
+	m.SetHeaders = append(m.SetHeaders, setHeader(wire.RouteHeader, cluster, false))
 	if id != nil {
 		m.SetHeaders = append(m.SetHeaders, id.headers...)
 	} else {
@@ -256,9 +266,9 @@ func immediate(code int, reason, message string) *extprocv3.ProcessingResponse {
 		TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
 		Status:   metav1.StatusFailure, Message: message, Reason: metav1.StatusReason(reason), Code: int32(code),
 	})
-	headers := []*corev3.HeaderValueOption{{Header: &corev3.HeaderValue{Key: "content-type", RawValue: []byte("application/json")}}}
+	headers := []*corev3.HeaderValueOption{setHeader("content-type", "application/json", false)}
 	if code == http.StatusServiceUnavailable {
-		headers = append(headers, &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: "retry-after", RawValue: []byte("1")}})
+		headers = append(headers, setHeader("retry-after", "1", false))
 	}
 	return immediateResponse(code, headers, body, "skewgate_"+strings.ToLower(reason))
 }

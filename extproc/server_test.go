@@ -3,18 +3,22 @@ package extproc
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -52,15 +56,19 @@ func rsc(name string, subs ...string) apidiscoveryv2.APIResourceDiscovery {
 // skewedTopology: old (v1.35-like) and new (v1.36-like, with mutatingadmissionpolicies) both ready;
 // "gone" serves widgets.example.com and is not ready.
 func skewedTopology() *discovery.Topology {
+	return discovery.Build("test-1", time.Now(), skewedFacts())
+}
+
+func skewedFacts() []discovery.UpstreamFacts {
 	core := doc("core", grp("", "v1", rsc("pods", "exec", "log", "status"), rsc("configmaps"), rsc("namespaces", "status", "finalize")))
 	old := doc("old", grp("apps", "v1", rsc("deployments", "scale")), grp("admissionregistration.k8s.io", "v1", rsc("validatingadmissionpolicies", "status")))
 	neu := doc("new", grp("apps", "v1", rsc("deployments", "scale")), grp("admissionregistration.k8s.io", "v1", rsc("validatingadmissionpolicies", "status"), rsc("mutatingadmissionpolicies")))
 	gone := doc("gone", grp("apps", "v1", rsc("deployments", "scale")), grp("admissionregistration.k8s.io", "v1", rsc("validatingadmissionpolicies", "status")), grp("example.com", "v1", rsc("widgets")))
-	return discovery.Build("test-1", time.Now(), []discovery.UpstreamFacts{
+	return []discovery.UpstreamFacts{
 		{Upstream: discovery.Upstream{Name: "old", Ready: true}, API: core, APIs: old},
 		{Upstream: discovery.Upstream{Name: "new", Ready: true}, API: core, APIs: neu},
 		{Upstream: discovery.Upstream{Name: "gone", Ready: false}, API: core, APIs: gone},
-	})
+	}
 }
 
 type harness struct {
@@ -136,11 +144,61 @@ func (h *harness) roundTrip(t testing.TB, req *extprocv3.ProcessingRequest) *ext
 	return resp
 }
 
+// upstreamStatus is the response_headers message Envoy sends for an upstream answer with this status.
+func upstreamStatus(code string) *extprocv3.ProcessingRequest {
+	return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{
+		Headers: &corev3.HeaderMap{Headers: []*corev3.HeaderValue{
+			{Key: ":status", RawValue: []byte(code)}, {Key: "content-type", RawValue: []byte("application/json")},
+		}},
+	}}}
+}
+
+// exchange runs one request's stream the way Envoy does: the request headers, then, only if the
+// answer asked for them (mode_override with response headers SEND), the upstream's response headers
+// with the given status. md is gRPC metadata Envoy adds (per-route grpc_initial_metadata). It returns
+// the request-phase answer and the answer that decides the response (the same when there is no
+// response phase).
+func (h *harness) exchange(t testing.TB, req *extprocv3.ProcessingRequest, upstream string, md ...string) (first, last *extprocv3.ProcessingResponse) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if len(md) > 0 {
+		ctx = metadata.AppendToOutgoingContext(ctx, md...)
+	}
+	stream, err := h.client.Process(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(req); err != nil {
+		t.Fatal(err)
+	}
+	if first, err = stream.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	last = first
+	if first.GetModeOverride().GetResponseHeaderMode() == extprocfilterv3.ProcessingMode_SEND {
+		if err := stream.Send(upstreamStatus(upstream)); err != nil {
+			t.Fatal(err)
+		}
+		if last, err = stream.Recv(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := stream.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	// The service ends the call once Envoy half-closes.
+	if _, err := stream.Recv(); err != io.EOF {
+		t.Fatalf("after the half-close: %v, want EOF", err)
+	}
+	return first, last
+}
+
 type want struct {
 	code    int    // 0: continue
-	cluster string // set routing header
+	cluster string // the routing header's value
 	reason  string // for immediate responses
-	kind    string // a discovery document served with 200: its kind
+	kind    string // a discovery document served with 200 (after an upstream 200): its kind
 }
 
 func check(t *testing.T, name string, resp *extprocv3.ProcessingResponse, w want) {
@@ -170,23 +228,29 @@ func check(t *testing.T, name string, resp *extprocv3.ProcessingResponse, w want
 		t.Errorf("%s: want a header mutation with clear_route_cache, got %v", name, resp)
 		return
 	}
-	m := hr.Response.HeaderMutation
-	var set string
-	for _, h := range m.SetHeaders {
+	if got := routeHeader(t, hr.Response.HeaderMutation); got != w.cluster {
+		t.Errorf("%s: routing header %q, want %q", name, got, w.cluster)
+	}
+}
+
+// routeHeader returns the routing header a mutation sets; it must be set exactly once and replace
+// any client copy (append false: Envoy's mutation_utils.cc overwrites).
+func routeHeader(t testing.TB, m *extprocv3.HeaderMutation) string {
+	t.Helper()
+	var vals []string
+	for _, h := range m.GetSetHeaders() {
 		if h.Header.Key == wire.RouteHeader {
-			set = string(h.Header.RawValue)
+			vals = append(vals, string(h.Header.RawValue))
+			if h.Append == nil || h.Append.Value {
+				t.Errorf("routing header set with append %v, want an explicit false", h.Append)
+			}
 		}
 	}
-	removed := false
-	for _, r := range m.RemoveHeaders {
-		removed = removed || r == wire.RouteHeader
+	if len(vals) != 1 {
+		t.Errorf("routing header set %d times (%q), want once", len(vals), vals)
+		return ""
 	}
-	if set != w.cluster {
-		t.Errorf("%s: routing header %q, want %q", name, set, w.cluster)
-	}
-	if w.cluster == "" && !removed {
-		t.Errorf("%s: client copies of %s are not removed", name, wire.RouteHeader)
-	}
+	return vals[0]
 }
 
 func TestProcessTable(t *testing.T) {
@@ -194,7 +258,7 @@ func TestProcessTable(t *testing.T) {
 	newOnly := want{cluster: wire.UpstreamCluster("new")}
 	unavailable := want{code: 503, reason: "ServiceUnavailable"}
 	bad := want{code: 400, reason: "BadRequest"}
-	pass := want{}
+	pass := want{cluster: wire.AllCluster}
 	cases := []struct {
 		method, path string
 		w            want
@@ -259,27 +323,49 @@ func TestProcessTable(t *testing.T) {
 		{"GET", "\x00none", bad},
 		{"GET", "/api/v1/watch", bad},
 	}
-	if len(cases) < 40 {
-		t.Fatalf("only %d cases", len(cases))
-	}
+	outcomes := map[string]int{}
 	for _, c := range cases {
-		check(t, c.method+" "+c.path, h.roundTrip(t, envoyHeaders(c.method, c.path)), c.w)
+		first, last := h.exchange(t, envoyHeaders(c.method, c.path), "200")
+		check(t, c.method+" "+c.path, last, c.w)
+		switch {
+		case c.w.kind != "":
+			outcomes[OutcomeDiscovery]++
+			check(t, c.method+" "+c.path+" (request phase)", first, pass)
+		case c.w.code == 400:
+			outcomes[OutcomeInvalid]++
+		case c.w.code == 503:
+			outcomes[OutcomeUnavailable]++
+		case c.w.cluster != wire.AllCluster:
+			outcomes[OutcomeRouted]++
+		}
+	}
+	// The metrics count what the table expects: every served discovery document went through the
+	// response phase, and each decision landed in its outcome.
+	for _, o := range []string{OutcomeDiscovery, OutcomeInvalid, OutcomeUnavailable, OutcomeRouted} {
+		if got := testutil.ToFloat64(h.srv.metrics.decisions.WithLabelValues(o)); int(got) != outcomes[o] {
+			t.Errorf("decisions{outcome=%q} = %v, want %d", o, got, outcomes[o])
+		}
+	}
+	if got := testutil.ToFloat64(h.srv.metrics.discoveryResponses.WithLabelValues(DiscoveryServed)); int(got) != outcomes[OutcomeDiscovery] {
+		t.Errorf("discovery served = %v, want %d", got, outcomes[OutcomeDiscovery])
+	}
+	if got := testutil.CollectAndCount(h.srv.metrics.decisions); got != 8 {
+		t.Errorf("%d decision outcomes exported, want 8", got)
 	}
 }
 
-// A client cannot choose the cluster: its copy of the routing header is always replaced or removed,
-// and X-Remote-* identity headers are removed.
+// A client cannot choose the cluster: its copy of the routing header is always replaced (the
+// default decision names skewgate-all too), and X-Remote-* identity headers are removed.
 func TestSpoofedHeadersAreRemoved(t *testing.T) {
 	h := startServer(t)
 	resp := h.roundTrip(t, envoyHeaders("GET", "/api/v1/pods", wire.RouteHeader, "skewgate-upstream-old",
 		"X-Remote-User", "admin", "x-remote-group", "system:masters", "X-Remote-Extra-Scopes", "all"))
 	m := resp.GetRequestHeaders().GetResponse().GetHeaderMutation()
-	for _, h := range []string{wire.RouteHeader, "x-remote-user", "x-remote-group", "x-remote-uid", "x-remote-extra-scopes"} {
-		found := false
-		for _, r := range m.GetRemoveHeaders() {
-			found = found || r == h
-		}
-		if !found {
+	if got := routeHeader(t, m); got != wire.AllCluster {
+		t.Errorf("routing header %q, want %q", got, wire.AllCluster)
+	}
+	for _, h := range []string{"x-remote-user", "x-remote-group", "x-remote-uid", "x-remote-extra-scopes"} {
+		if !slices.Contains(m.GetRemoveHeaders(), h) {
 			t.Errorf("%s not removed: %v", h, m)
 		}
 	}
@@ -288,7 +374,7 @@ func TestSpoofedHeadersAreRemoved(t *testing.T) {
 func TestUnsyncedTakesTheDefaultRoute(t *testing.T) {
 	h := startServer(t)
 	h.src.t.Store(nil)
-	check(t, "unsynced", h.roundTrip(t, envoyHeaders("GET", "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies")), want{})
+	check(t, "unsynced", h.roundTrip(t, envoyHeaders("GET", "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies")), want{cluster: wire.AllCluster})
 	if got := testutil.ToFloat64(h.srv.metrics.decisions.WithLabelValues(OutcomeUnsynced)); got != 1 {
 		t.Errorf("unsynced decisions = %v, want 1", got)
 	}

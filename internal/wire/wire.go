@@ -78,14 +78,11 @@ const RoutedClusterPattern = `skewgate-(all|upstream-[^:]+|set-[0-9a-f]{12})(:ht
 // CredentialsMetadata is gRPC metadata Envoy adds to the ext_proc stream (a per-route override) of a
 // request that carries no credentials at all: no Authorization header and no verified client
 // certificate. The processor never sees Authorization itself (forward_rules), so this is how it knows
-// to keep the request anonymous: it sets AnonymousUser and UnauthenticatedGroup, which the apiserver
-// maps to exactly the identity an anonymous request has directly. Without them the front-proxy
-// certificate with no user header fails authentication (401) instead of being anonymous.
+// to keep the request anonymous: it names the anonymous twin (AnonCluster) of the cluster it picks
+// and sets no identity header, so each apiserver applies its own anonymous policy.
 const (
-	CredentialsMetadata  = "x-skewgate-credentials"
-	CredentialsNone      = "none"
-	AnonymousUser        = "system:anonymous"
-	UnauthenticatedGroup = "system:unauthenticated"
+	CredentialsMetadata = "x-skewgate-credentials"
+	CredentialsNone     = "none"
 )
 
 // HealthCheckUser is the identity Envoy's /readyz health checks carry (as X-Remote-User over the

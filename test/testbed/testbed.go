@@ -34,9 +34,12 @@ const (
 // ApiserverSpec describes one apiserver to run.
 type ApiserverSpec struct {
 	// Name is also the hostname inside its UTS namespace, so it determines the identity Lease.
-	Name       string
-	Version    string
-	ExtraFlags []string
+	Name    string
+	Version string
+	// NoAnonymous starts the apiserver with --anonymous-auth=false: a request without credentials
+	// gets 401 on every path instead of being system:anonymous.
+	NoAnonymous bool
+	ExtraFlags  []string
 }
 
 // Config describes a testbed.
@@ -84,8 +87,9 @@ func (a Apiserver) URL() string { return "https://" + a.Address() }
 
 type apiserver struct {
 	Apiserver
-	extraFlags []string
-	proc       *process
+	noAnonymous bool
+	extraFlags  []string
+	proc        *process
 }
 
 // Testbed is a running etcd and its apiservers.
@@ -152,6 +156,7 @@ func Start(ctx context.Context, cfg Config) (*Testbed, error) {
 			return nil, fmt.Errorf("testbed: apiserver names must be unique and non-empty, got %q", s.Name)
 		}
 		a := &apiserver{Apiserver: Apiserver{Name: s.Name, Version: s.Version, IP: tb.ip(i + 1), Port: APIServerPort}, extraFlags: s.ExtraFlags}
+		a.noAnonymous = s.NoAnonymous
 		if a.Serving, err = pki.IssueServing("serving-"+s.Name, a.IP); err != nil {
 			return nil, err
 		}
@@ -330,6 +335,9 @@ func (tb *Testbed) apiserverArgs(a *apiserver) []string {
 	}
 	if tb.cfg.PeerProxy {
 		args = append(args, "--feature-gates=UnknownVersionInteroperabilityProxy=true", "--peer-ca-file="+p.CA.Cert)
+	}
+	if a.noAnonymous {
+		args = append(args, "--anonymous-auth=false")
 	}
 	args = append(args, a.extraFlags...)
 	// unshare(1) execs the shell in a new UTS namespace; the shell sets the hostname (which names the
