@@ -119,6 +119,10 @@ func Translate(t *discovery.Topology, o Options) (*Resources, error) {
 		}
 	}
 
+	tb.top, tb.clusters = t, make(map[string]bool, len(clusters))
+	for _, c := range clusters {
+		tb.clusters[c.Name] = true
+	}
 	rc, err := tb.routeConfig()
 	if err != nil {
 		return nil, err
@@ -181,6 +185,10 @@ func (rs *Resources) check() error {
 
 type translator struct {
 	o Options
+	// top and clusters are the Topology and the cluster names, for the skew routes (skewroutes.go).
+	top         *discovery.Topology
+	clusters    map[string]bool
+	skewSkipped []discovery.ResourceKey
 }
 
 func cmpString(a, b string) int {

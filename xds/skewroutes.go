@@ -1,0 +1,417 @@
+package xds
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/skewgate/skewgate/discovery"
+	"github.com/skewgate/skewgate/internal/wire"
+)
+
+// Skew routes: Envoy's own route table carries every skewed decision of the Topology, so that a
+// request for a resource only some apiservers serve still reaches one of them while ext_proc is down,
+// hung or restarting (failure_mode_allow keeps the route Envoy chose before ext_proc ran). ext_proc's
+// answer still wins: its routing header is matched by the cluster_header routes, which come first.
+//
+// Each skewed key (group, version, resource, subresource) gets routes that match exactly the request
+// shapes extproc.Classify maps to that key (k8s.io/apiserver RequestInfo):
+//
+//	/api/<v>/ or /apis/<g>/<v>/  [watch/]  [namespaces/<ns>/]  <resource>  [/<name> [/<subresource> [/...]]]
+//
+// Matchers, as Envoy's source has them at every supported release (1.35.0 to 1.37):
+//   - a `:path` header prefix matcher pins the group and version. Route header matchers are checked
+//     before the path matcher (RouteEntryImplBase::matchRoute, source/common/router/config_impl.cc),
+//     so a request for another group version is turned away by a string compare.
+//   - the path safe_regex (RE2, full match on the path without query and fragment:
+//     Matchers::PathMatcher::match, source/common/common/matchers.cc) checks the shape and names the
+//     resource. RE2 programs larger than the runtime value re2.max_program_size.error_level (default
+//     100; source/common/common/regex.cc) are refused, and with them the whole RouteConfiguration, so
+//     every pattern is kept under maxRegexProgram (regexCost, measured against RE2's ProgramSize).
+//   - `:method` safe_regex where verbs of one key are served by different apiservers.
+//
+// The connection manager normalizes the path before routing (normalize_path: RFC 3986 with
+// percent-encoded unreserved characters decoded, dot segments removed; merge_slashes), so names made
+// of unreserved characters are matched as literals. A segment is any run of printable ASCII but '/':
+// the canonical path has nothing else (url::CanonicalizePath escapes the rest).
+const (
+	segment = `[!-.0-~]+` // one path segment of the canonical path
+	anyRest = `[!-~]*`    // the rest of a path, any depth
+
+	// maxRegexProgram is what we allow one pattern to cost, in RE2 program instructions: below
+	// Envoy's default limit of 100 with room for differences between RE2 releases.
+	maxRegexProgram = 90
+)
+
+// skewShape is one of the request shapes of a key that may be decided differently.
+type skewShape uint8
+
+const (
+	shapeAll        skewShape = iota // every shape of the key: one decision for every verb
+	shapeWatch                       // the legacy /watch/ prefix: verb watch, whatever the method
+	shapeNamed                       // .../<resource>/<name>[/<subresource>]: get, update, patch, delete, create
+	shapeCollection                  // .../<resource>: list or watch (?watch=), create, deletecollection
+)
+
+// methodGroup is a set of methods of one shape that share a decision. methods nil: every method not
+// taken by an earlier group (the route has no :method matcher).
+type methodGroup struct {
+	methods  []string
+	verb     string
+	query    *routev3.QueryParameterMatcher // the first "watch" query parameter, if it decides
+	decision discovery.Decision
+}
+
+// watchOff and watchOn read the first "watch" query parameter as metav1.ListOptions does: any value
+// but "false" or "0" (case-insensitive) asks for a watch. Envoy matches the first value of the
+// decoded parameter (ConfigUtility::QueryParameterMatcher::matches, getFirstValue).
+var (
+	watchOff = &routev3.QueryParameterMatcher{Name: "watch", QueryParameterMatchSpecifier: &routev3.QueryParameterMatcher_StringMatch{
+		StringMatch: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: `(?i:false)|0`}}},
+	}}
+	watchOn = &routev3.QueryParameterMatcher{Name: "watch", QueryParameterMatchSpecifier: &routev3.QueryParameterMatcher_StringMatch{
+		StringMatch: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: `(?s).*`}}},
+	}}
+)
+
+// skewRoutes returns the routes for every skewed key of the Topology (without anonymous twins) and
+// the keys it cannot express, which ext_proc alone decides.
+func (tb *translator) skewRoutes(retry *routev3.RetryPolicy) ([]*routev3.Route, []discovery.ResourceKey, error) {
+	if tb.top == nil {
+		return nil, nil, nil
+	}
+	var out []*routev3.Route
+	var skipped []discovery.ResourceKey
+	var last discovery.ResourceKey
+	for i, s := range tb.top.Skewed() {
+		if i > 0 && s.Key == last {
+			continue // Skewed lists a key once per verb that differs
+		}
+		last = s.Key
+		rs, err := tb.keyRoutes(s.Key, retry)
+		if err != nil {
+			// ext_proc still decides it; failing open it takes the default routes, as before.
+			skipped = append(skipped, s.Key)
+			continue
+		}
+		out = append(out, rs...)
+	}
+	return out, skipped, nil
+}
+
+// namedVerbs and collectionVerbs are the verbs the classifier gives each method for a path with and
+// without a name (verbForMethod, and the name-less GET and DELETE rules); "" for any other method.
+var namedVerbs = []methodGroup{
+	{methods: []string{"GET", "HEAD"}, verb: "get"},
+	{methods: []string{"POST"}, verb: "create"},
+	{methods: []string{"PUT"}, verb: "update"},
+	{methods: []string{"PATCH"}, verb: "patch"},
+	{methods: []string{"DELETE"}, verb: "delete"},
+	{verb: ""},
+}
+
+var collectionVerbs = []methodGroup{
+	{methods: []string{"GET", "HEAD"}, verb: "list"},
+	{methods: []string{"POST"}, verb: "create"},
+	{methods: []string{"PUT"}, verb: "update"},
+	{methods: []string{"PATCH"}, verb: "patch"},
+	{methods: []string{"DELETE"}, verb: "deletecollection"},
+	{verb: ""},
+}
+
+// expressible says whether the classifier can address key through the shapes below at all.
+func expressible(k discovery.ResourceKey) error {
+	for _, s := range []string{k.Version, k.Resource} {
+		if s == "" {
+			return fmt.Errorf("empty version or resource")
+		}
+	}
+	for _, s := range []string{k.Group, k.Version, k.Resource, k.Subresource} {
+		for i := 0; i < len(s); i++ {
+			if !unreservedByte(s[i]) {
+				return fmt.Errorf("%q is not made of unreserved characters", s)
+			}
+		}
+	}
+	switch k.Resource {
+	case "watch", "proxy":
+		return fmt.Errorf("resource %q is read as a verb prefix", k.Resource)
+	}
+	return nil
+}
+
+func unreservedByte(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~'
+}
+
+// keyPrefix is the path prefix of a key's group version.
+func keyPrefix(k discovery.ResourceKey) (literal, pattern string) {
+	if k.Group == "" {
+		return "/api/" + k.Version + "/", `/api/` + segment + `/`
+	}
+	return "/apis/" + k.Group + "/" + k.Version + "/", `/apis/` + segment + `/` + segment + `/`
+}
+
+// keyRegex is the path pattern of one shape of a key.
+func keyRegex(k discovery.ResourceKey, shape skewShape) string {
+	_, p := keyPrefix(k)
+	// "namespaces/<ns>/" before the resource is dropped by the classifier unless what follows is
+	// "status" or "finalize" (the namespace's own subresources); a namespaces subresource other
+	// than those is only reached through the namespaced form.
+	ns := `(?:namespaces/` + segment + `/)?`
+	switch {
+	case k.Resource == "status" || k.Resource == "finalize":
+		ns = ""
+	case k.Resource == "namespaces" && k.Subresource != "" && k.Subresource != "status" && k.Subresource != "finalize":
+		ns = `namespaces/` + segment + `/`
+	}
+	r := regexp.QuoteMeta(k.Resource)
+	var rest string
+	switch {
+	case k.Subresource != "":
+		rest = r + `/` + segment + `/` + regexp.QuoteMeta(k.Subresource) + `(?:/` + anyRest + `)?`
+	case shapeAll == shape || shapeWatch == shape:
+		rest = r + `(?:/` + segment + `)?/?`
+	case shapeNamed == shape:
+		rest = r + `/` + segment + `/?`
+	default:
+		rest = r + `/?`
+	}
+	switch shape {
+	case shapeAll:
+		return p + `(?:watch/)?` + ns + rest
+	case shapeWatch:
+		return p + `watch/` + ns + rest
+	}
+	return p + ns + rest
+}
+
+// keyRoutes returns the routes of one key.
+func (tb *translator) keyRoutes(k discovery.ResourceKey, retry *routev3.RetryPolicy) ([]*routev3.Route, error) {
+	if err := expressible(k); err != nil {
+		return nil, err
+	}
+	d := func(verb string) discovery.Decision { return tb.top.Decide(k, verb) }
+	uniform := true
+	for _, v := range []string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"} {
+		uniform = uniform && d(v) == d("")
+	}
+	type shapeGroups struct {
+		shape  skewShape
+		groups []methodGroup
+	}
+	var plan []shapeGroups
+	if uniform {
+		plan = []shapeGroups{{shapeAll, []methodGroup{{verb: ""}}}}
+	} else {
+		plan = append(plan, shapeGroups{shapeWatch, []methodGroup{{verb: "watch"}}})
+		plan = append(plan, shapeGroups{shapeNamed, namedVerbs})
+		if k.Subresource == "" {
+			groups := collectionVerbs
+			if d("list") != d("watch") {
+				// GET of a collection is a watch when its first watch parameter says so.
+				groups = append([]methodGroup{
+					{methods: []string{"GET", "HEAD"}, verb: "list", query: watchOff},
+					{methods: []string{"GET", "HEAD"}, verb: "watch", query: watchOn},
+				}, collectionVerbs...)
+			}
+			plan = append(plan, shapeGroups{shapeCollection, groups})
+		}
+	}
+	prefix, _ := keyPrefix(k)
+	var out []*routev3.Route
+	for _, sg := range plan {
+		re := keyRegex(k, sg.shape)
+		if c := regexCost(re); c > maxRegexProgram {
+			return nil, fmt.Errorf("pattern %s costs %d RE2 instructions, more than %d", re, c, maxRegexProgram)
+		}
+		groups := make([]methodGroup, len(sg.groups))
+		copy(groups, sg.groups)
+		for i := range groups {
+			groups[i].decision = d(groups[i].verb)
+		}
+		// The last group takes every method left. When it decides default, so do the default
+		// routes after all skew routes, and any group deciding default needs no route of its own.
+		catchAllDefault := groups[len(groups)-1].decision.Action == discovery.ActionDefault
+		for _, g := range groups {
+			// Groups on the watch parameter overlap the GET group after them: never left out.
+			if catchAllDefault && g.decision.Action == discovery.ActionDefault && g.query == nil {
+				continue
+			}
+			rs, err := tb.groupRoutes(k, sg.shape, prefix, re, g, retry)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, rs...)
+		}
+	}
+	return out, nil
+}
+
+// routeName names a skew route: skew:<g>/<v>/<resource>[/<sub>]:<shape>:<verb>[:<variant>].
+func routeName(k discovery.ResourceKey, shape skewShape, verb, variant string) string {
+	n := "skew:" + k.Group + "/" + k.Version + "/" + k.Resource
+	if k.Subresource != "" {
+		n += "/" + k.Subresource
+	}
+	n += ":" + [...]string{"all", "watch", "named", "collection"}[shape]
+	if verb != "" {
+		n += ":" + verb
+	}
+	if variant != "" {
+		n += ":" + variant
+	}
+	return n
+}
+
+// groupRoutes returns the routes of one method group of one shape: for a cluster, an upgrade route
+// (HTTP/1.1 twin), an idempotent route (retried) and the rest; for unavailable, a direct 503.
+func (tb *translator) groupRoutes(k discovery.ResourceKey, shape skewShape, prefix, re string, g methodGroup, retry *routev3.RetryPolicy) ([]*routev3.Route, error) {
+	pathPrefix := &routev3.HeaderMatcher{Name: ":path", HeaderMatchSpecifier: &routev3.HeaderMatcher_StringMatch{StringMatch: &matcherv3.StringMatcher{
+		MatchPattern: &matcherv3.StringMatcher_Prefix{Prefix: prefix},
+	}}}
+	match := func(extra ...*routev3.HeaderMatcher) *routev3.RouteMatch {
+		hs := []*routev3.HeaderMatcher{pathPrefix}
+		if g.methods != nil {
+			hs = append(hs, methodMatcher(g.methods))
+		}
+		hs = append(hs, extra...)
+		m := &routev3.RouteMatch{
+			PathSpecifier: &routev3.RouteMatch_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: re}},
+			Headers:       hs,
+		}
+		if g.query != nil {
+			m.QueryParameters = []*routev3.QueryParameterMatcher{g.query}
+		}
+		return m
+	}
+	verb := g.verb
+	switch {
+	case g.methods == nil && verb == "" && shape != shapeAll:
+		verb = "other"
+	case g.query == watchOff:
+		verb = "list-param"
+	case g.query == watchOn:
+		verb = "watch-param"
+	}
+	switch g.decision.Action {
+	case discovery.ActionUnavailable:
+		body, err := unavailableBody(k)
+		if err != nil {
+			return nil, err
+		}
+		return []*routev3.Route{{
+			Name:  routeName(k, shape, verb, "unavailable"),
+			Match: match(),
+			Action: &routev3.Route_DirectResponse{DirectResponse: &routev3.DirectResponseAction{
+				Status: 503,
+				Body:   &corev3.DataSource{Specifier: &corev3.DataSource_InlineString{InlineString: body}},
+			}},
+			// Applied to direct responses too (router.cc: the direct response's
+			// finalizeResponseHeaders), before the local reply sets a content type only where none is.
+			ResponseHeadersToAdd: []*corev3.HeaderValueOption{
+				{Header: &corev3.HeaderValue{Key: "content-type", Value: "application/json"}, AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD},
+				{Header: &corev3.HeaderValue{Key: "retry-after", Value: "1"}, AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD},
+			},
+		}}, nil
+	}
+	cluster := wire.AllCluster
+	if g.decision.Action == discovery.ActionRoute {
+		cluster = g.decision.Cluster
+	}
+	upgrade := &routev3.HeaderMatcher{Name: "upgrade", HeaderMatchSpecifier: &routev3.HeaderMatcher_PresentMatch{PresentMatch: true}}
+	rs := []*routev3.Route{{
+		Name:   routeName(k, shape, verb, "upgrade"),
+		Match:  match(upgrade),
+		Action: &routev3.Route_Route{Route: skewAction(wire.HTTP1Cluster(cluster), nil)},
+	}}
+	idem, rest := splitIdempotent(g.methods)
+	if idem {
+		m := match()
+		if g.methods == nil {
+			m.Headers = append(m.Headers, methodRegex(idempotentMethods))
+		}
+		rs = append(rs, &routev3.Route{
+			Name:   routeName(k, shape, verb, "idempotent"),
+			Match:  m,
+			Action: &routev3.Route_Route{Route: skewAction(cluster, retry)},
+		})
+	}
+	if rest {
+		rs = append(rs, &routev3.Route{
+			Name:   routeName(k, shape, verb, ""),
+			Match:  match(),
+			Action: &routev3.Route_Route{Route: skewAction(cluster, nil)},
+		})
+	}
+	return rs, nil
+}
+
+var idempotentMethod = regexp.MustCompile(`^(?:` + idempotentMethods + `)$`)
+
+// splitIdempotent says whether a method group has idempotent methods (retried) and others.
+func splitIdempotent(methods []string) (idem, rest bool) {
+	if methods == nil {
+		return true, true
+	}
+	for _, m := range methods {
+		if idempotentMethod.MatchString(m) {
+			idem = true
+		} else {
+			rest = true
+		}
+	}
+	return idem, rest
+}
+
+// skewAction sends to a cluster with no route timeout (watches and exec streams live as long as the
+// apiserver keeps them), retried as the default routes are.
+func skewAction(cluster string, retry *routev3.RetryPolicy) *routev3.RouteAction {
+	return &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: cluster}, Timeout: durationpb.New(0), RetryPolicy: retry}
+}
+
+func methodRegex(re string) *routev3.HeaderMatcher {
+	return &routev3.HeaderMatcher{Name: ":method", HeaderMatchSpecifier: &routev3.HeaderMatcher_StringMatch{StringMatch: &matcherv3.StringMatcher{
+		MatchPattern: &matcherv3.StringMatcher_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: re}},
+	}}}
+}
+
+func methodMatcher(methods []string) *routev3.HeaderMatcher {
+	if len(methods) == 1 {
+		return &routev3.HeaderMatcher{Name: ":method", HeaderMatchSpecifier: &routev3.HeaderMatcher_StringMatch{StringMatch: &matcherv3.StringMatcher{
+			MatchPattern: &matcherv3.StringMatcher_Exact{Exact: methods[0]},
+		}}}
+	}
+	return methodRegex(strings.Join(methods, "|"))
+}
+
+// unavailableBody is the metav1.Status ext_proc answers for the same decision.
+func unavailableBody(k discovery.ResourceKey) (string, error) {
+	b, err := json.Marshal(metav1.Status{
+		TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
+		Status:   metav1.StatusFailure,
+		Message:  fmt.Sprintf("no apiserver that serves %s is available, retry later", resourceName(k)),
+		Reason:   metav1.StatusReasonServiceUnavailable,
+		Code:     503,
+	})
+	return string(b), err
+}
+
+func resourceName(k discovery.ResourceKey) string {
+	s := k.Resource
+	if k.Subresource != "" {
+		s += "/" + k.Subresource
+	}
+	if k.Group == "" {
+		return s + " (" + k.Version + ")"
+	}
+	return s + "." + k.Group + " (" + k.Version + ")"
+}
