@@ -259,6 +259,10 @@ func (d *DataPlane) serveHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (d *DataPlane) forward(w http.ResponseWriter, r *http.Request, ch *chain, route *routev3.Route) {
+	if route.GetDirectResponse() != nil {
+		directResponse(w, r, route) // pathmatch.go
+		return
+	}
 	if route == nil || route.GetRoute() == nil {
 		w.WriteHeader(http.StatusNotFound) // Envoy: no route matched (NR)
 		return

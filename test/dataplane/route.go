@@ -72,6 +72,11 @@ func matchRoute(rc *routev3.RouteConfiguration, v *requestView) *routev3.Route {
 					continue
 				}
 			default:
+				if ok, _ := matchPathSpecifier(m, v.path); !ok { // pathmatch.go
+					continue
+				}
+			}
+			if !matchQueryParameters(m.QueryParameters, v.path) {
 				continue
 			}
 			for _, h := range m.Headers {
@@ -84,12 +89,7 @@ func matchRoute(rc *routev3.RouteConfiguration, v *requestView) *routev3.Route {
 					if !ok {
 						break
 					}
-					switch {
-					case spec.StringMatch.GetSafeRegex() != nil:
-						matched = fullMatch(spec.StringMatch.GetSafeRegex().Regex, val)
-					case spec.StringMatch.GetExact() != "":
-						matched = val == spec.StringMatch.GetExact()
-					}
+					matched, _ = matchString(spec.StringMatch, val) // pathmatch.go
 				}
 				if matched == h.InvertMatch {
 					continue routes
