@@ -39,7 +39,7 @@ func matchPathSpecifier(m *routev3.RouteMatch, path string) (matched, known bool
 	case *routev3.RouteMatch_PathSeparatedPrefix:
 		// The prefix, then the end of the path or a '/' (PathSeparatedPrefixRouteEntryImpl).
 		pre := s.PathSeparatedPrefix
-		if !strings.HasPrefix(p, pre) {
+		if len(p) < len(pre) || !(p[:len(pre)] == pre || !m.GetCaseSensitive().GetValue() && m.GetCaseSensitive() != nil && strings.EqualFold(p[:len(pre)], pre)) {
 			return false, true
 		}
 		return len(p) == len(pre) || p[len(pre)] == '/', true
