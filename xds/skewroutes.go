@@ -27,7 +27,8 @@ import (
 //
 //	/api/<v>/ or /apis/<g>/<v>/  [watch/]  [namespaces/<ns>/]  <resource>  [/<name> [/<subresource> [/...]]]
 //
-// Matchers, as Envoy's source has them at every supported release (1.35.0 to 1.37):
+// Matchers, as Envoy's source has them (read at main during 1.37 development and at older revisions
+// back to the 1.2x releases: unchanged in what follows):
 //   - a `:path` header prefix matcher pins the group and version. Route header matchers are checked
 //     before the path matcher (RouteEntryImplBase::matchRoute, source/common/router/config_impl.cc),
 //     so a request for another group version is turned away by a string compare.
@@ -42,6 +43,12 @@ import (
 // percent-encoded unreserved characters decoded, dot segments removed; merge_slashes), so names made
 // of unreserved characters are matched as literals. A segment is any run of printable ASCII but '/':
 // the canonical path has nothing else (url::CanonicalizePath escapes the rest).
+//
+// Left to ext_proc alone (failing open, they take the default routes as before): the legacy /proxy/
+// prefix (RequestInfo still parses it; no apiserver serves it), a %2F inside a segment (the apiserver
+// splits there, the patterns do not), and names too long for a pattern under maxRegexProgram. Where a
+// key's list and watch are served apart, the first "watch" query parameter decides, as Envoy parses
+// it: pairs with ';', '+' or an invalid escape are read differently by Go's url.ParseQuery.
 const (
 	segment = `[!-.0-~]+` // one path segment of the canonical path
 	anyRest = `[!-~]*`    // the rest of a path, any depth
