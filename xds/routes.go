@@ -109,6 +109,11 @@ func (tb *translator) routeConfig() (*routev3.RouteConfiguration, error) {
 		}
 		routes = append(routes, a, b.r)
 	}
+	skew, err := tb.skewTable(retry, anon)
+	if err != nil {
+		return nil, err
+	}
+	routes = insertSkewRoutes(routes, skew)
 	return &routev3.RouteConfiguration{
 		Name:         wire.RouteConfigName,
 		VirtualHosts: []*routev3.VirtualHost{{Name: "apiservers", Domains: []string{"*"}, Routes: routes}},

@@ -91,17 +91,28 @@ func (rc *routeCache) clear() { rc.valid = false }
 // them fails loudly (NACK) instead of being served differently.
 func checkRoute(r *routev3.Route) error {
 	if _, ok := r.Match.GetPathSpecifier().(*routev3.RouteMatch_Prefix); !ok {
-		return errors.New("only prefix path matches are supported")
+		if _, known := matchPathSpecifier(r.Match, "/"); !known { // pathmatch.go
+			return fmt.Errorf("path specifier %T is not supported", r.Match.GetPathSpecifier())
+		}
+	}
+	for _, q := range r.Match.QueryParameters {
+		if _, ok := q.QueryParameterMatchSpecifier.(*routev3.QueryParameterMatcher_StringMatch); !ok {
+			return fmt.Errorf("query parameter matcher %s: only string_match is supported", q.Name)
+		}
 	}
 	for _, h := range r.Match.Headers {
-		switch h.HeaderMatchSpecifier.(type) {
-		case *routev3.HeaderMatcher_PresentMatch, *routev3.HeaderMatcher_StringMatch:
+		switch spec := h.HeaderMatchSpecifier.(type) {
+		case *routev3.HeaderMatcher_PresentMatch:
+		case *routev3.HeaderMatcher_StringMatch:
+			if _, ok := matchString(spec.StringMatch, ""); !ok {
+				return fmt.Errorf("header matcher %s: string pattern %T is not supported", h.Name, spec.StringMatch.GetMatchPattern())
+			}
 		default:
 			return fmt.Errorf("header matcher %s: only present_match and string_match are supported", h.Name)
 		}
 	}
-	if r.GetRoute() == nil {
-		return errors.New("only route actions are supported")
+	if r.GetRoute() == nil && r.GetDirectResponse() == nil {
+		return errors.New("only route and direct_response actions are supported")
 	}
 	return nil
 }
@@ -132,16 +143,19 @@ func matchRoute(rc *routev3.RouteConfiguration, v *requestView) *routeEntry {
 
 func routeMatches(r *routev3.Route, v *requestView) bool {
 	m := r.Match
-	p, ok := m.PathSpecifier.(*routev3.RouteMatch_Prefix)
-	if !ok {
-		return false
-	}
 	path := v.path
-	if m.GetCaseSensitive() != nil && !m.GetCaseSensitive().Value {
-		if !strings.HasPrefix(strings.ToLower(path), strings.ToLower(p.Prefix)) {
+	if p, ok := m.PathSpecifier.(*routev3.RouteMatch_Prefix); ok {
+		if m.GetCaseSensitive() != nil && !m.GetCaseSensitive().Value {
+			if !strings.HasPrefix(strings.ToLower(path), strings.ToLower(p.Prefix)) {
+				return false
+			}
+		} else if !strings.HasPrefix(path, p.Prefix) {
 			return false
 		}
-	} else if !strings.HasPrefix(path, p.Prefix) {
+	} else if ok, _ := matchPathSpecifier(m, path); !ok { // pathmatch.go
+		return false
+	}
+	if !matchQueryParameters(m.QueryParameters, path) {
 		return false
 	}
 	for _, h := range m.Headers {
@@ -154,15 +168,7 @@ func routeMatches(r *routev3.Route, v *requestView) bool {
 			if !ok {
 				break
 			}
-			sm := spec.StringMatch
-			switch {
-			case sm.GetSafeRegex() != nil:
-				matched = fullMatch(sm.GetSafeRegex().Regex, val)
-			case sm.GetExact() != "":
-				matched = val == sm.GetExact() || sm.IgnoreCase && strings.EqualFold(val, sm.GetExact())
-			case sm.GetPrefix() != "":
-				matched = strings.HasPrefix(val, sm.GetPrefix())
-			}
+			matched, _ = matchString(spec.StringMatch, val) // pathmatch.go
 		}
 		// A missing header never matches, also inverted (HeaderUtility::matchHeaders), except
 		// present_match, whose absence is its own answer.

@@ -92,6 +92,10 @@ func (d *DataPlane) forward(w http.ResponseWriter, r *http.Request, ch *chain, e
 		localReply(w, ch, http.StatusNotFound, "NR", "route_not_found")
 		return
 	}
+	if e.route.GetDirectResponse() != nil {
+		directResponse(w, r, e.route) // pathmatch.go
+		return
+	}
 	ra := e.route.GetRoute()
 	c := d.clusters.get(e.cluster)
 	if c == nil {

@@ -43,8 +43,11 @@ type Options struct {
 	// ExtProcDown points Envoy at an ext_proc address where nothing listens: the front must still
 	// strip spoofed headers and fall back to the default route (failure_mode_allow).
 	ExtProcDown bool
-	Logger      *zap.Logger
-	Logf        func(string, ...any)
+	// Switches puts a Switch (switch.go) before ext_proc and before xDS: Front.ExtProc and
+	// Front.XDS, for tests that stop, hang or restart them under traffic.
+	Switches bool
+	Logger   *zap.Logger
+	Logf     func(string, ...any)
 }
 
 // Front is a running skewgate front.
@@ -57,11 +60,13 @@ type Front struct {
 	// ServingCert is the front's certificate; Envoy watches the files (SDS with file paths).
 	ServingCert testbed.CertPair
 	Server      *app.Server
-	tb          *testbed.Testbed
-	dir         string
-	cancel      context.CancelFunc
-	done        <-chan error
-	closers     []func()
+	// ExtProc and XDS are set with Options.Switches.
+	ExtProc, XDS *Switch
+	tb           *testbed.Testbed
+	dir          string
+	cancel       context.CancelFunc
+	done         <-chan error
+	closers      []func()
 }
 
 // Kubeconfig writes (once) and returns a kubeconfig for the front with the given credential.
@@ -142,6 +147,13 @@ func Start(ctx context.Context, tb *testbed.Testbed, o Options) (*Front, error) 
 		}
 	}
 	opts.XDSListen, opts.ExtProcListen, opts.HTTPListen = lis.XDS.Addr().String(), lis.ExtProc.Addr().String(), lis.HTTP.Addr().String()
+	var extSwitch *Switch
+	if o.Switches && !o.ExtProcDown {
+		if extSwitch, err = NewSwitch(opts.ExtProcListen); err != nil {
+			return nil, err
+		}
+		opts.Envoy.ExtProcAddress = extSwitch.Addr
+	}
 	opts.Complete()
 	if errs := opts.Validate(); len(errs) > 0 {
 		return nil, errors.Join(errs...)
@@ -154,15 +166,26 @@ func Start(ctx context.Context, tb *testbed.Testbed, o Options) (*Front, error) 
 	}
 	f := &Front{URL: "https://" + net.JoinHostPort(ip.String(), strconv.Itoa(Port)), Address: net.JoinHostPort(ip.String(), strconv.Itoa(Port)),
 		Server: srv, tb: tb, dir: o.Dir, cancel: cancel, done: done, ServingCert: serving}
+	xdsAddr := srv.XDSAddr
+	if extSwitch != nil {
+		f.ExtProc = extSwitch
+		f.closers = append(f.closers, extSwitch.Close)
+		if f.XDS, err = NewSwitch(srv.XDSAddr); err != nil {
+			f.Close()
+			return nil, err
+		}
+		f.closers = append(f.closers, f.XDS.Close)
+		xdsAddr = f.XDS.Addr
+	}
 
 	if envoy := os.Getenv("ENVOY_BIN"); envoy != "" {
 		f.DataPlane = "envoy"
-		if err := f.startEnvoy(envoy, srv.XDSAddr, o); err != nil {
+		if err := f.startEnvoy(envoy, xdsAddr, o); err != nil {
 			f.Close()
 			return nil, err
 		}
 	} else {
-		cfg, err := dataPlaneConfig(srv.XDSAddr, o.Logf)
+		cfg, err := dataPlaneConfig(xdsAddr, o.Logf)
 		if err != nil {
 			f.Close()
 			return nil, err

@@ -1,0 +1,199 @@
+package dataplane
+
+import (
+	"net/http"
+	"strings"
+
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+)
+
+// Route matchers beyond the plain prefix, as Envoy's router has them (source/common/router/
+// config_impl.cc, config_utility.cc, source/common/common/matchers.cc, source/common/http/
+// utility.cc; the same at v1.35.0, v1.36.0 and v1.37).
+
+// pathOnly is Http::PathUtil::removeQueryAndFragment: the path up to the first '?' or '#'.
+func pathOnly(p string) string {
+	if i := strings.IndexAny(p, "?#"); i >= 0 {
+		return p[:i]
+	}
+	return p
+}
+
+// matchPathSpecifier reports whether a route's path specifier other than prefix accepts the path
+// (with its query). Every path matcher compares the path without query and fragment
+// (Matchers::PathMatcher::match). known is false for matchers this data plane does not implement:
+// those never match.
+func matchPathSpecifier(m *routev3.RouteMatch, path string) (matched, known bool) {
+	p := pathOnly(path)
+	switch s := m.PathSpecifier.(type) {
+	case *routev3.RouteMatch_Path:
+		// RouteMatch.path: the whole path, case sensitive unless case_sensitive is false.
+		if m.GetCaseSensitive() != nil && !m.GetCaseSensitive().GetValue() {
+			return strings.EqualFold(p, s.Path), true
+		}
+		return p == s.Path, true
+	case *routev3.RouteMatch_SafeRegex:
+		// RE2 full match (CompiledGoogleReMatcher::match uses RE2::FullMatch); Go's regexp is RE2.
+		return fullMatch(s.SafeRegex.GetRegex(), p), true
+	case *routev3.RouteMatch_PathSeparatedPrefix:
+		// The prefix, then the end of the path or a '/' (PathSeparatedPrefixRouteEntryImpl).
+		pre := s.PathSeparatedPrefix
+		if len(p) < len(pre) || !(p[:len(pre)] == pre || !m.GetCaseSensitive().GetValue() && m.GetCaseSensitive() != nil && strings.EqualFold(p[:len(pre)], pre)) {
+			return false, true
+		}
+		return len(p) == len(pre) || p[len(pre)] == '/', true
+	}
+	return false, false
+}
+
+// matchString is Matchers::StringMatcherImpl for the patterns skewgate emits; ok is false for an
+// unimplemented one (which then never matches).
+func matchString(sm *matcherv3.StringMatcher, v string) (matched, ok bool) {
+	fold := func(s string) string {
+		if sm.GetIgnoreCase() {
+			return strings.ToLower(s)
+		}
+		return s
+	}
+	switch p := sm.GetMatchPattern().(type) {
+	case *matcherv3.StringMatcher_Exact:
+		return fold(v) == fold(p.Exact), true
+	case *matcherv3.StringMatcher_Prefix:
+		return strings.HasPrefix(fold(v), fold(p.Prefix)), true
+	case *matcherv3.StringMatcher_Suffix:
+		return strings.HasSuffix(fold(v), fold(p.Suffix)), true
+	case *matcherv3.StringMatcher_Contains:
+		return strings.Contains(fold(v), fold(p.Contains)), true
+	case *matcherv3.StringMatcher_SafeRegex:
+		return fullMatch(p.SafeRegex.GetRegex(), v), true
+	}
+	return false, false
+}
+
+// matchQueryParameters is ConfigUtility::matchQueryParams: every matcher must accept the first
+// value of its parameter; a missing parameter does not match (a present_match never appears in
+// skewgate's config: its meaning changed with a runtime guard).
+func matchQueryParameters(ms []*routev3.QueryParameterMatcher, path string) bool {
+	if len(ms) == 0 {
+		return true
+	}
+	params := parseAndDecodeQuery(path)
+	for _, m := range ms {
+		v, ok := params[m.Name]
+		if !ok {
+			return false
+		}
+		sm := m.GetStringMatch()
+		if sm == nil {
+			return false
+		}
+		if matched, known := matchString(sm, v); !matched || !known {
+			return false
+		}
+	}
+	return true
+}
+
+// parseAndDecodeQuery is Utility::QueryParamsMulti::parseAndDecodeQueryString keeping first values:
+// after the first '?', pairs split on '&', name and value on the first '=', each percent-decoded by
+// PercentEncoding::decode (valid %XX sequences only; '+' stays '+', invalid escapes stay as they are).
+func parseAndDecodeQuery(path string) map[string]string {
+	start := strings.IndexByte(path, '?')
+	if start < 0 {
+		return nil
+	}
+	out := map[string]string{}
+	for start++; start < len(path); {
+		end := strings.IndexByte(path[start:], '&')
+		if end < 0 {
+			end = len(path)
+		} else {
+			end += start
+		}
+		name, value, _ := strings.Cut(path[start:end], "=")
+		name, value = percentDecode(name), percentDecode(value)
+		if _, dup := out[name]; !dup {
+			out[name] = value
+		}
+		start = end + 1
+	}
+	return out
+}
+
+func percentDecode(s string) string {
+	if strings.IndexByte(s, '%') < 0 {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '%' && i+2 < len(s) && isHex(s[i+1]) && isHex(s[i+2]) {
+			b.WriteByte(unhex(s[i+1])<<4 | unhex(s[i+2]))
+			i += 2
+			continue
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+func unhex(c byte) byte {
+	switch {
+	case c <= '9':
+		return c - '0'
+	case c >= 'a':
+		return c - 'a' + 10
+	}
+	return c - 'A' + 10
+}
+
+// directResponse answers from a route's direct_response (router.cc: sendLocalReply with the status
+// and body, then the route's response_headers_to_add; the local reply sets content-type text/plain
+// only when no header set one, and sends no body to HEAD; Utility::prepareLocalReply).
+func directResponse(w http.ResponseWriter, r *http.Request, route *routev3.Route) {
+	dr := route.GetDirectResponse()
+	body := dr.GetBody().GetInlineString()
+	if body == "" {
+		body = string(dr.GetBody().GetInlineBytes())
+	}
+	for _, o := range route.GetResponseHeadersToAdd() {
+		setHeader(w.Header(), o.Header.Key, o.Header.Value, o.AppendAction)
+	}
+	if body != "" && w.Header().Get("Content-Type") == "" {
+		w.Header().Set("Content-Type", "text/plain")
+	}
+	w.WriteHeader(int(dr.GetStatus()))
+	if r.Method != http.MethodHead {
+		w.Write([]byte(body))
+	}
+}
+
+// SelectRoute is the route Envoy's router table picks for a request that arrived with method, path
+// (and query) and headers, after the connection manager's normalize_path and merge_slashes, before
+// any filter ran: the route a request keeps when ext_proc fails open. For tests that compare the
+// route table with other deciders.
+func SelectRoute(rc *routev3.RouteConfiguration, method, path string, header http.Header) *routev3.Route {
+	p := NormalizePath(path)
+	if header == nil {
+		header = http.Header{}
+	}
+	if e := matchRoute(rc, &requestView{method: method, path: p, authority: "front", scheme: "https", header: header}); e != nil {
+		return e.route
+	}
+	return nil
+}
+
+// NormalizePath is the path the connection manager routes and hands to filters (normalize_path and
+// merge_slashes, as this data plane applies them), query kept.
+func NormalizePath(path string) string {
+	p, q, hasQ := strings.Cut(path, "?")
+	p = normalizePath(p, true)
+	if hasQ {
+		p += "?" + q
+	}
+	return p
+}

@@ -1,0 +1,110 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/skewgate/skewgate/test/front"
+	"github.com/skewgate/skewgate/test/testbed"
+)
+
+// TestFailOpenKeepsSkewedRoutes: with ext_proc stopped, hung (connections accepted, never
+// answered) and during a restart of skewgate (ext_proc and xDS both away), requests for the skewed
+// API go where Envoy's own route table sends them, which is where ext_proc would: no wrong 404.
+// Each phase counts what the clients saw, and proves ext_proc was really out of the path.
+func TestFailOpenKeepsSkewedRoutes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test: needs the testbed binaries (make testbed-bins)")
+	}
+	tb := testbed.StartT(t, testbed.Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	f, err := front.Start(ctx, tb, front.Options{Dir: t.TempDir(), Host: 7, Switches: true,
+		Logger: zaptest.NewLogger(t).Named("skewgate"), Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Close)
+
+	// Objects to read, written while ext_proc is up.
+	cs := kubernetes.NewForConfigOrDie(tb.RESTConfig(f.URL, testbed.AdminByToken))
+	names := []string{"failopen-a", "failopen-b"}
+	for _, n := range names {
+		if _, err := cs.AdmissionregistrationV1().MutatingAdmissionPolicies().Create(ctx, mapObject(n), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A plain client: client-go would retry 503s (Retry-After) and hide them. By token: failing
+	// open, no filter turns a client certificate into an identity.
+	c := httpsClient(t, tb, nil)
+	base := f.URL + "/apis/" + mapGroup + "/v1/" + mapResource
+
+	phases := []struct {
+		name   string
+		down   func()
+		proven func() int64 // connections the switch turned away or held
+	}{
+		{"ext_proc stopped", func() { f.ExtProc.Set(front.Refuse) }, f.ExtProc.Refused.Load},
+		{"ext_proc hung", func() { f.ExtProc.Set(front.Hang) }, f.ExtProc.Held.Load},
+		{"skewgate restarting", func() { f.ExtProc.Set(front.Refuse); f.XDS.Set(front.Refuse) }, f.ExtProc.Refused.Load},
+	}
+	for _, ph := range phases {
+		before := ph.proven()
+		var rec recorder
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for w := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					url, op := base+"?limit=5", "list"
+					if (i+w)%2 == 1 {
+						url, op = base+"/"+names[i%len(names)], "get"
+					}
+					code, body, err := do(t, c, http.MethodGet, url, testbed.AdminToken)
+					if err == nil && code != http.StatusOK {
+						err = fmt.Errorf("%d: %.200s", code, body)
+					}
+					rec.record(op, code, err)
+				}
+			}()
+		}
+		time.Sleep(time.Second) // traffic through ext_proc first
+		ph.down()
+		time.Sleep(5 * time.Second)
+		f.ExtProc.Set(front.Forward)
+		f.XDS.Set(front.Forward)
+		time.Sleep(2 * time.Second) // and back
+		close(stop)
+		wg.Wait()
+
+		byCode, notFound, window := rec.summary()
+		t.Logf("%s (%s): %d requests, by status %v, non-2xx window %v, %d ext_proc connections refused or held",
+			ph.name, f.DataPlane, len(rec.out), byCode, window.Round(time.Millisecond), ph.proven()-before)
+		rec.logDistinctErrors(t)
+		for _, o := range notFound {
+			t.Errorf("%s: wrong 404 at %s on %s: %v", ph.name, o.at.Format(time.StampMilli), o.op, o.err)
+		}
+		if ph.proven()-before == 0 {
+			t.Errorf("%s: the switch never turned ext_proc away: the phase proves nothing", ph.name)
+		}
+		if byCode[http.StatusOK] == 0 {
+			t.Errorf("%s: no request succeeded", ph.name)
+		}
+	}
+}

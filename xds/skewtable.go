@@ -1,0 +1,137 @@
+package xds
+
+import (
+	"regexp/syntax"
+	"slices"
+
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/skewgate/skewgate/internal/wire"
+)
+
+// regexCost bounds from above the size of the RE2 program Envoy compiles for re (RE2::ProgramSize,
+// which Envoy compares with re2.max_program_size.error_level), for the patterns skew routes use:
+// ASCII literals and classes, optional and repeated groups, alternations. Each byte range costs one
+// instruction; every repetition, option and alternative costs up to two more; a program has four of
+// its own. TestRegexCostBoundsRE2 holds it above the sizes RE2 itself reported for every pattern of
+// the goldens. A pattern it cannot parse costs more than any limit.
+func regexCost(re string) int {
+	t, err := syntax.Parse(re, syntax.Perl)
+	if err != nil {
+		return 1 << 30
+	}
+	return 4 + nodeCost(t.Simplify())
+}
+
+func nodeCost(n *syntax.Regexp) int {
+	sum := func() int {
+		c := 0
+		for _, s := range n.Sub {
+			c += nodeCost(s)
+		}
+		return c
+	}
+	switch n.Op {
+	case syntax.OpLiteral:
+		c := 0
+		for _, r := range n.Rune {
+			c += runeBytes(r)
+			if n.Flags&syntax.FoldCase != 0 {
+				c++
+			}
+		}
+		return c
+	case syntax.OpCharClass:
+		c := 0
+		for i := 0; i+1 < len(n.Rune); i += 2 {
+			lo, hi := n.Rune[i], n.Rune[i+1]
+			c += runeBytes(hi) // a range of multi-byte runes compiles to a sequence per length
+			if lo < 0x80 && hi >= 0x80 {
+				c += 8
+			}
+		}
+		return c
+	case syntax.OpAnyChar, syntax.OpAnyCharNotNL:
+		return 12 // every UTF-8 length
+	case syntax.OpConcat, syntax.OpCapture:
+		return sum() + 2*btoi(n.Op == syntax.OpCapture)
+	case syntax.OpAlternate:
+		return sum() + 2*len(n.Sub)
+	case syntax.OpStar, syntax.OpPlus, syntax.OpQuest:
+		return sum() + 2
+	case syntax.OpRepeat:
+		return sum()*max(n.Max, n.Min, 1) + 2*max(n.Max, n.Min, 1)
+	case syntax.OpEmptyMatch, syntax.OpBeginLine, syntax.OpEndLine, syntax.OpBeginText, syntax.OpEndText,
+		syntax.OpWordBoundary, syntax.OpNoWordBoundary:
+		return 1
+	}
+	return 1 << 20
+}
+
+func runeBytes(r rune) int {
+	switch {
+	case r < 0x80:
+		return 1
+	case r < 0x800:
+		return 2
+	case r < 0x10000:
+		return 3
+	}
+	return 4
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// withAnonymousTwins puts before each skew route its anonymous twin, as routeConfig does for the
+// other routes: same match plus "no Authorization, no verified client certificate", ext_proc told so
+// through gRPC metadata, and the anonymous twin of an HTTP/2 cluster where that exists.
+func withAnonymousTwins(routes []*routev3.Route, anon *anypb.Any, known func(string) bool) []*routev3.Route {
+	absent := func(name string) *routev3.HeaderMatcher {
+		return &routev3.HeaderMatcher{Name: name, HeaderMatchSpecifier: &routev3.HeaderMatcher_PresentMatch{PresentMatch: false}}
+	}
+	out := make([]*routev3.Route, 0, 2*len(routes))
+	for _, r := range routes {
+		a := proto.Clone(r).(*routev3.Route)
+		a.Name = "anonymous-" + r.Name
+		a.Match.Headers = append(a.Match.Headers, absent("authorization"), absent(wire.ForwardedCertHeader))
+		a.TypedPerFilterConfig = map[string]*anypb.Any{filterExtProc: anon}
+		if ra := a.GetRoute(); ra != nil {
+			if c := ra.GetCluster(); !isHTTP1(c) && known(wire.AnonCluster(c)) {
+				ra.ClusterSpecifier = &routev3.RouteAction_Cluster{Cluster: wire.AnonCluster(c)}
+			}
+		}
+		out = append(out, a, r)
+	}
+	return out
+}
+
+func isHTTP1(cluster string) bool {
+	return len(cluster) > len(wire.HTTP1Suffix) && cluster[len(cluster)-len(wire.HTTP1Suffix):] == wire.HTTP1Suffix
+}
+
+// insertSkewRoutes puts the skew routes after the routes ext_proc's header selects and before the
+// first other route (the upgrade and default routes).
+func insertSkewRoutes(routes, skew []*routev3.Route) []*routev3.Route {
+	i := slices.IndexFunc(routes, func(r *routev3.Route) bool { return r.GetRoute().GetClusterHeader() == "" })
+	if i < 0 {
+		i = len(routes)
+	}
+	return slices.Insert(routes, i, skew...)
+}
+
+// skewTable is the skew routes with their anonymous twins, for routeConfig.
+func (tb *translator) skewTable(retry *routev3.RetryPolicy, anon *anypb.Any) ([]*routev3.Route, error) {
+	routes, skipped, err := tb.skewRoutes(retry)
+	if err != nil {
+		return nil, err
+	}
+	tb.skewSkipped = skipped
+	return withAnonymousTwins(routes, anon, func(c string) bool { return tb.clusters[c] }), nil
+}
