@@ -115,3 +115,13 @@ func gitVersion(t *testing.T, c *http.Client, url string, headers ...string) str
 	}
 	return v.GitVersion
 }
+
+// forbiddenFor tells whether body is the apiserver's Status for a 403 to user: its message names the
+// user the apiserver saw ("... is forbidden: User \"alice\" cannot ...").
+func forbiddenFor(body, user string) bool {
+	var st struct {
+		Reason  string `json:"reason"`
+		Message string `json:"message"`
+	}
+	return json.Unmarshal([]byte(body), &st) == nil && st.Reason == "Forbidden" && strings.Contains(st.Message, `User "`+user+`"`)
+}
