@@ -14,7 +14,10 @@ import (
 // the kill and 5-176 ms from new's /readyz to the first success; every run writes what it measured
 // to its results file. The bounds are 10x the worst claimed value, so a 10x regression fails: a
 // request that waits for a connect timeout, or a health check that needs several more intervals
-// (200 ms each here) before it sends traffic again, cannot hide under them.
+// (200 ms each here) before it sends traffic again, cannot hide under them. A -race run on the
+// shared 2-core machine (load average 4-20) measured a first 503 51 ms after the kill (41 ms of it
+// until the process had exited) and 57 ms from /readyz to success: inside the bounds with room,
+// and already above the README's 32 ms.
 const (
 	killFirst503Bound = 320 * time.Millisecond  // 10 x 32 ms
 	killRecoveryBound = 1760 * time.Millisecond // 10 x 176 ms
