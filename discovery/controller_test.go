@@ -289,18 +289,85 @@ func TestControllerFollowsLeasesReadinessAndPolicy(t *testing.T) {
 	})
 }
 
+// TestVersionsNeverRepeat runs a controller through three publishes (ready, not ready, ready again),
+// stops it and runs a second one on the same upstream, as a restart of skewgate does. The second
+// publishes the same content in the same order, so only the version string tells them apart: no
+// version it publishes may be one the first published (Envoy would take it for a snapshot it has).
 func TestVersionsNeverRepeat(t *testing.T) {
-	pki, _ := testPKI(t)
-	a, err := New(Config{Upstream: restFor(t, pki), Static: []StaticUpstream{{Name: "a", Address: "127.0.0.1:1"}}})
-	if err != nil {
-		t.Fatal(err)
+	pki, cert := testPKI(t)
+	up := newFakeUpstream(t, cert, "v1.36.3", docJSON(t, coreDoc()), docJSON(t, apisDoc(true)))
+	ready := func(want bool) func(*Topology) bool {
+		return func(tp *Topology) bool { u, ok := tp.Upstream("a"); return ok && u.Ready == want }
 	}
-	b, err := New(Config{Upstream: restFor(t, pki), Static: []StaticUpstream{{Name: "a", Address: "127.0.0.1:1"}}})
-	if err != nil {
-		t.Fatal(err)
+	// run publishes three Topologies with one controller and returns every version it published.
+	run := func(name string) []string {
+		up.notReady.Store(false)
+		c, err := New(Config{Upstream: restFor(t, pki), Static: []StaticUpstream{{Name: "a", Address: up.addr()}},
+			ProbeInterval: 10 * time.Millisecond, FailureThreshold: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = c.Run(ctx) }()
+		var mu sync.Mutex
+		var versions []string // in publish order, each once
+		add := func(v string) {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, x := range versions {
+				if x == v {
+					return
+				}
+			}
+			versions = append(versions, v)
+		}
+		seen := make(chan struct{})
+		go func() { // every publish closes the Watch channel; fast successive publishes may be missed here
+			defer close(seen)
+			for {
+				topo, changed := c.Watch()
+				if topo != nil {
+					add(topo.Version)
+				}
+				select {
+				case <-changed:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+		// The three states are three different contents, hence at least three publishes.
+		add(waitFor(t, c, name+": a ready", ready(true)).Version)
+		up.notReady.Store(true)
+		add(waitFor(t, c, name+": a not ready", ready(false)).Version)
+		up.notReady.Store(false)
+		add(waitFor(t, c, name+": a ready again", ready(true)).Version)
+		cancel()
+		<-done
+		<-seen
+		return versions
 	}
-	if a.bootID == b.bootID {
-		t.Errorf("two controllers share the boot id %q: a restart would reuse version strings", a.bootID)
+	first := run("first")
+	second := run("restarted")
+	t.Logf("versions published: first run %q, after the restart %q", first, second)
+	for _, vs := range [][]string{first, second} {
+		if len(vs) < 3 {
+			t.Fatalf("%d distinct versions for three different Topologies (ready, not ready, ready): %q", len(vs), vs)
+		}
+	}
+	published := map[string]string{}
+	for i, vs := range [][]string{first, second} {
+		by := []string{"first run", "restarted run"}[i]
+		for _, v := range vs {
+			if v == "" {
+				t.Errorf("%s published an empty version", by)
+			}
+			if prev, ok := published[v]; ok {
+				t.Errorf("version %q published by the %s repeats one of the %s", v, by, prev)
+			}
+			published[v] = by
+		}
 	}
 }
 

@@ -39,8 +39,19 @@ func setup(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(f.Close)
-	t.Logf("front %s served by the %s", f.URL, f.DataPlane)
+	logDataPlane(t, f)
 	return &env{tb: tb, f: f}
+}
+
+// logDataPlane says, once per test, what served the front: a result obtained on the test data plane
+// is evidence about the stand-in, not about Envoy.
+func logDataPlane(t *testing.T, f *front.Front) {
+	t.Helper()
+	if f.DataPlane == "envoy" {
+		t.Logf("front %s served by Envoy (ENVOY_BIN is set)", f.URL)
+		return
+	}
+	t.Logf("ENVOY_BIN is unset: front %s ran on the %s (test/dataplane) standing in for Envoy, not on Envoy", f.URL, f.DataPlane)
 }
 
 // kubectl runs the real kubectl with a kubeconfig and returns stdout, stderr and the error.

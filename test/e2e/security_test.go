@@ -3,10 +3,9 @@ package e2e
 import (
 	"context"
 	"crypto/tls"
-	"encoding/json"
-	"io"
 	"net"
 	"net/http"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -23,45 +22,6 @@ import (
 	"github.com/skewgate/skewgate/test/testbed"
 )
 
-// httpsClient trusts the cluster CA and presents cert (if any).
-func httpsClient(t *testing.T, tb *testbed.Testbed, cert *testbed.CertPair) *http.Client {
-	t.Helper()
-	var pair testbed.CertPair
-	if cert != nil {
-		pair = *cert
-	}
-	tc, err := tb.TLSConfig(pair)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &http.Client{Transport: &http.Transport{TLSClientConfig: tc}, Timeout: 20 * time.Second}
-}
-
-func do(t *testing.T, c *http.Client, method, url, token string, headers ...string) (int, string, error) {
-	t.Helper()
-	var body io.Reader
-	if method == http.MethodPost {
-		body = strings.NewReader(`{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}`)
-	}
-	req, _ := http.NewRequest(method, url, body)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Add(headers[i], headers[i+1])
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return 0, "", err
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b), nil
-}
-
 // identityHeaders are headers a client might send to claim an identity.
 var identityHeaders = []string{
 	"X-Remote-User", "admin",
@@ -72,7 +32,8 @@ var identityHeaders = []string{
 }
 
 // TestSecuritySpoofedHeaders: a low-privilege token with spoofed identity and routing headers is still
-// the low-privilege user, with ext_proc up and with ext_proc down.
+// the low-privilege user, with ext_proc up and with ext_proc down; a client-sent routing header never
+// sends a request to the cluster it names.
 func TestSecuritySpoofedHeaders(t *testing.T) {
 	e := setup(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -83,60 +44,88 @@ func TestSecuritySpoofedHeaders(t *testing.T) {
 	}
 	defer down.Close()
 	c := httpsClient(t, e.tb, nil)
-	for name, url := range map[string]string{"ext_proc up": e.f.URL, "ext_proc down": down.URL} {
-		code, body, err := do(t, c, http.MethodGet, url+"/api/v1/namespaces/kube-system/secrets", testbed.LowPrivToken, identityHeaders...)
-		if err != nil || code != http.StatusForbidden || !strings.Contains(body, `alice`) {
-			t.Errorf("%s: list secrets as alice with spoofed headers: %d %v %.200s, want 403 for alice", name, code, err, body)
+	direct := e.tb.MustApiserver("new").URL()
+	alice := whoami(t, c, direct, testbed.LowPrivToken)
+	if alice.Username != "alice" {
+		t.Fatalf("the testbed's low-privilege token is %+v directly, want alice", alice)
+	}
+	// Names a client might put in the routing header: an apiserver that lacks the skewed API, and the
+	// gRPC clusters through which Envoy reaches skewgate itself.
+	spoofedClusters := []string{wire.UpstreamCluster("old"), wire.ExtProcCluster, wire.XDSCluster}
+	const n = 20 // requests per spoofed cluster name
+	for _, tc := range []struct {
+		name string
+		url  string
+	}{{"ext_proc up", e.f.URL}, {"ext_proc down", down.URL}} {
+		name, url := tc.name, tc.url
+		code, body := mustDo(t, c, http.MethodGet, url+"/api/v1/namespaces/kube-system/secrets", testbed.LowPrivToken, identityHeaders...)
+		if code != http.StatusForbidden || !forbiddenFor(body, "alice") {
+			t.Errorf("%s: list secrets as alice with spoofed headers: %d %.200s, want 403 for alice", name, code, body)
 		}
-		code, body, err = do(t, c, http.MethodPost, url+"/apis/authentication.k8s.io/v1/selfsubjectreviews", testbed.LowPrivToken, identityHeaders...)
-		var review struct {
-			Status struct {
-				UserInfo struct {
-					Username string   `json:"username"`
-					Groups   []string `json:"groups"`
-					Extra    map[string][]string
-				} `json:"userInfo"`
-			} `json:"status"`
+		// The identity is alice's, exactly as directly: no spoofed user, group, uid or extra.
+		if u := whoami(t, c, url, testbed.LowPrivToken, identityHeaders...); !reflect.DeepEqual(u, alice) {
+			t.Errorf("%s: spoofed headers changed the identity: %+v, directly %+v", name, u, alice)
 		}
-		if err != nil || code != http.StatusCreated || json.Unmarshal([]byte(body), &review) != nil {
-			t.Fatalf("%s: whoami: %d %v %.300s", name, code, err, body)
+		// Anonymous stays anonymous, with ext_proc down too: an anonymous request rides a route to
+		// clusters that present no client certificate, so the apiserver applies its own anonymous
+		// policy (403 for system:anonymous), never the front's identity and never a spoofed one.
+		code, body = mustDo(t, c, http.MethodGet, url+"/api/v1/namespaces", "", identityHeaders...)
+		if code != http.StatusForbidden || !forbiddenFor(body, "system:anonymous") {
+			t.Errorf("%s: anonymous with spoofed headers: %d %.200s, want 403 for system:anonymous", name, code, body)
 		}
-		u := review.Status.UserInfo
-		if u.Username != "alice" || strings.Contains(strings.Join(u.Groups, ","), "system:masters") || len(u.Extra) != 0 {
-			t.Errorf("%s: spoofed headers changed the identity: %+v", name, u)
+		// A client's routing header is removed before the route is chosen (internal_only_headers), with
+		// ext_proc up and down: the request goes where skewgate sends it, never to the cluster the
+		// client named.
+		for _, spoofed := range spoofedClusters {
+			h := []string{wire.RouteHeader, spoofed}
+			// An apiserver answers (never a gRPC server, never Envoy's 503 for a cluster it cannot
+			// use), and the identity is still the client's own.
+			if u := whoami(t, c, url, testbed.LowPrivToken, append(h, identityHeaders...)...); !reflect.DeepEqual(u, alice) {
+				t.Errorf("%s: with %s: %s the identity is %+v, directly %+v", name, wire.RouteHeader, spoofed, u, alice)
+			}
+			versions := map[string]int{}
+			for range n {
+				versions[gitVersion(t, c, url, h...)]++
+			}
+			t.Logf("%s: GET /version with %s: %s, %d times: answered by %v", name, wire.RouteHeader, spoofed, n, versions)
+			for v := range versions {
+				if v != testbed.OldVersion && v != testbed.NewVersion {
+					t.Errorf("%s: with %s: %s, /version answered %q: not a testbed apiserver", name, wire.RouteHeader, spoofed, v)
+				}
+			}
+			// Were the header obeyed, all n would come from old; balanced at random over old and new
+			// they all do with probability 2^-n.
+			if spoofed == wire.UpstreamCluster("old") && versions[testbed.NewVersion] == 0 {
+				t.Errorf("%s: all %d requests naming %s were answered by old (%s): the client's routing header was obeyed", name, n, spoofed, testbed.OldVersion)
+			}
+			if name == "ext_proc up" {
+				// ext_proc names the capable apiserver for the skewed API, whatever the client named.
+				for i := range n {
+					if code, body := mustDo(t, c, http.MethodGet, url+"/apis/"+mapGroup+"/v1/"+mapResource, testbed.AdminToken, h...); code != http.StatusOK {
+						t.Errorf("%s: %s with %s: %s (request %d): %d %.200s, want 200 from the capable apiserver", name, mapResource, wire.RouteHeader, spoofed, i, code, body)
+						break
+					}
+				}
+			}
 		}
-		// Anonymous stays anonymous. With ext_proc down nobody asserts the anonymous identity and the
-		// apiserver answers 401: less than anonymous, never more.
-		code, body, err = do(t, c, http.MethodGet, url+"/api/v1/namespaces", "", identityHeaders...)
-		anonymous := code == http.StatusForbidden && strings.Contains(body, "system:anonymous")
-		if err != nil || !(anonymous || (name == "ext_proc down" && code == http.StatusUnauthorized)) {
-			t.Errorf("%s: anonymous with spoofed headers: %d %v %.200s, want 403 for system:anonymous", name, code, err, body)
-		}
-		// A spoofed routing header never sends a request to an incapable apiserver: no 404. (With
-		// ext_proc down, Envoy chose the route while the spoofed header was still there, and the
-		// header is gone when the router looks for the cluster: 503, the client's own loss.)
-		code, body, err = do(t, c, http.MethodGet, url+"/apis/"+mapGroup+"/v1/"+mapResource, testbed.AdminToken, wire.RouteHeader, wire.UpstreamCluster("old"))
-		t.Logf("%s: %s with a spoofed %s: %d", name, mapResource, wire.RouteHeader, code)
-		if err != nil || code == http.StatusNotFound {
-			t.Errorf("%s: spoofed routing header: %d %v %.200s", name, code, err, body)
-		}
-		if name == "ext_proc up" && code != http.StatusOK {
-			t.Errorf("%s: spoofed routing header: %d %.200s, want 200 from a capable apiserver", name, code, body)
-		}
-		// With ext_proc down the common path still works (failure_mode_allow: default route).
-		if code, _, err := do(t, c, http.MethodGet, url+"/api/v1/namespaces/default/configmaps", testbed.AdminToken); err != nil || code != http.StatusOK {
-			t.Errorf("%s: configmaps: %d %v", name, code, err)
+		// The common path works with ext_proc down too (failure_mode_allow: default route).
+		if code, body := mustDo(t, c, http.MethodGet, url+"/api/v1/namespaces/default/configmaps", testbed.AdminToken); code != http.StatusOK {
+			t.Errorf("%s: configmaps: %d %.200s, want 200", name, code, body)
 		}
 	}
 }
 
-// TestSecurityClientCertificates: no certificate, an untrusted CA, an expired certificate: the front
-// refuses them as the apiserver does (never a request with more privilege than proved).
+// TestSecurityClientCertificates: a certificate from an untrusted CA and an expired certificate: the
+// apiserver answers 401 to them; the front refuses them at the TLS handshake with the alert that
+// says why (Envoy verifies a presented client certificate against the client CA and fails the
+// handshake with SSL_alert_from_verify_result of the verification error:
+// source/common/tls/cert_validator/default_validator.cc, DefaultCertValidator::doVerifyCertChain;
+// require_client_certificate false only lets a client present none). Meanwhile the same front
+// serves a good certificate, so a dead front cannot pass.
 func TestSecurityClientCertificates(t *testing.T) {
 	e := setup(t)
 	p := e.tb.PKI
-	rogueDir := t.TempDir()
-	rogue, err := testbed.NewPKI(rogueDir)
+	rogue, err := testbed.NewPKI(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,26 +139,39 @@ func TestSecurityClientCertificates(t *testing.T) {
 		t.Fatal(err)
 	}
 	direct := e.tb.MustApiserver("new").URL()
-	for name, cert := range map[string]*testbed.CertPair{"untrusted CA": &rogueAdmin, "expired": &expired} {
-		c := httpsClient(t, e.tb, cert)
-		dcode, _, derr := do(t, c, http.MethodGet, direct+"/api/v1/namespaces", "")
-		fcode, fbody, ferr := do(t, c, http.MethodGet, e.f.URL+"/api/v1/namespaces", "")
-		t.Logf("%s: directly %d %v; through the front %d %v", name, dcode, derr, fcode, ferr)
-		if derr == nil && dcode != http.StatusUnauthorized {
-			t.Fatalf("%s: the apiserver itself answered %d, the test is wrong", name, dcode)
-		}
-		// The front refuses at the TLS handshake (Envoy verifies presented certificates) or answers
-		// 401; it never lets the request through.
-		if ferr == nil && fcode != http.StatusUnauthorized {
-			t.Errorf("%s: through the front %d %.200s, want refused", name, fcode, fbody)
+	alive := func(when string) {
+		t.Helper()
+		admin := p.Admin
+		if code, body := mustDo(t, httpsClient(t, e.tb, &admin), http.MethodGet, e.f.URL+"/api/v1/namespaces", ""); code != http.StatusOK {
+			t.Fatalf("%s: the admin certificate through the front: %d %.200s, want 200", when, code, body)
 		}
 	}
+	alive("before")
+	for _, tc := range []struct {
+		name  string
+		cert  testbed.CertPair
+		alert string // what the front's TLS stack answers
+	}{
+		{"untrusted CA", rogueAdmin, "tls: unknown certificate authority"},
+		{"expired", expired, "tls: expired certificate"},
+	} {
+		c := httpsClient(t, e.tb, &tc.cert)
+		if code, body := mustDo(t, c, http.MethodGet, direct+"/api/v1/namespaces", ""); code != http.StatusUnauthorized {
+			t.Fatalf("%s: the apiserver itself answered %d %.200s, want 401: the test is wrong", tc.name, code, body)
+		}
+		code, body, err := do(t, httpsClient(t, e.tb, &tc.cert), http.MethodGet, e.f.URL+"/api/v1/namespaces", "")
+		t.Logf("%s: directly 401; through the front %d %v", tc.name, code, err)
+		if got := tlsAlert(err); got != tc.alert {
+			t.Errorf("%s: through the front: %d %.200s, error %v; want the handshake refused with %q", tc.name, code, body, err, tc.alert)
+		}
+	}
+	alive("after")
 	// No certificate and no token: anonymous, the same answer as directly.
 	c := httpsClient(t, e.tb, nil)
-	dcode, _, _ := do(t, c, http.MethodGet, direct+"/api/v1/namespaces", "")
-	fcode, _, _ := do(t, c, http.MethodGet, e.f.URL+"/api/v1/namespaces", "")
-	if dcode != fcode {
-		t.Errorf("anonymous: directly %d, through the front %d", dcode, fcode)
+	for _, url := range []string{direct, e.f.URL} {
+		if code, body := mustDo(t, c, http.MethodGet, url+"/api/v1/namespaces", ""); code != http.StatusForbidden || !forbiddenFor(body, "system:anonymous") {
+			t.Errorf("anonymous at %s: %d %.200s, want 403 for system:anonymous", url, code, body)
+		}
 	}
 }
 
@@ -256,8 +258,8 @@ func TestSecurityHostileLease(t *testing.T) {
 	// Traffic through the front for a while: every request lands on a real apiserver.
 	c := httpsClient(t, e.tb, nil)
 	for range 50 {
-		if code, _, err := do(t, c, http.MethodGet, e.f.URL+"/api/v1/namespaces/default/configmaps", testbed.AdminToken); err != nil || code != http.StatusOK {
-			t.Fatalf("configmaps through the front: %d %v", code, err)
+		if code, body := mustDo(t, c, http.MethodGet, e.f.URL+"/api/v1/namespaces/default/configmaps", testbed.AdminToken); code != http.StatusOK {
+			t.Fatalf("configmaps through the front: %d %.200s", code, body)
 		}
 	}
 	for host, h := range targets {

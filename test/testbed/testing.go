@@ -3,13 +3,11 @@ package testbed
 import (
 	"context"
 	"fmt"
-	"os"
 	"testing"
 )
 
-// StartT starts a testbed for a test: it skips with a clear message when the host cannot run one
-// and SKEWGATE_TESTBED_OPTIONAL is set, fails otherwise; it prints every log tail if the test failed,
-// and tears everything down at cleanup.
+// StartT starts a testbed for a test: it fails the test when the host cannot run one (only -short
+// skips); it prints every log tail if the test failed, and tears everything down at cleanup.
 func StartT(t testing.TB, cfg Config) *Testbed {
 	t.Helper()
 	if testing.Short() {
@@ -23,9 +21,6 @@ func StartT(t testing.TB, cfg Config) *Testbed {
 	}
 	tb, err := Start(context.Background(), cfg)
 	if err != nil {
-		if os.Getenv("SKEWGATE_TESTBED_OPTIONAL") != "" {
-			t.Skipf("testbed unavailable (SKEWGATE_TESTBED_OPTIONAL is set): %v", err)
-		}
 		t.Fatalf("testbed: %v", err)
 	}
 	t.Cleanup(func() {
