@@ -39,6 +39,15 @@ testbed-bins:
 
 test: testbed-bins vet
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+	$(MAKE) fuzz
+
+# A bounded fuzz run of the classifier against the apiserver's own RequestInfoFactory, and of the
+# route table against ext_proc's decisions (FUZZTIME each; the committed corpora replay in every test run).
+FUZZTIME ?= 25s
+.PHONY: fuzz
+fuzz:
+	$(GO) test ./extproc -run '^$$' -fuzz '^FuzzClassify$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./test/equivalence -run '^$$' -fuzz '^FuzzRouteTableMatchesExtProc$$' -fuzztime $(FUZZTIME)
 
 # Unit tests only: no testbed, no binaries.
 test-unit:
