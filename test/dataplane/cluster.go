@@ -119,6 +119,11 @@ func (c *cluster) socket(i int) *tls.Config {
 
 func (c *cluster) newTransport(tc *tls.Config, http1 bool) *http.Transport {
 	d := &net.Dialer{Timeout: durationOr(c.cfg.ConnectTimeout.AsDuration(), 5*time.Second), KeepAlive: 30 * time.Second}
+	if tc != nil {
+		// net/http's HTTP/2 setup writes the TLS config's NextProtos: never share one between transports
+		// (requests and health checks of one socket each get their own).
+		tc = tc.Clone()
+	}
 	tr := &http.Transport{
 		TLSClientConfig: tc, MaxIdleConnsPerHost: 100, IdleConnTimeout: time.Hour,
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"sync"
@@ -114,13 +115,18 @@ func watchPaths(s *tlsv3.Secret) (dirs []string, files []string) {
 	return nil, files
 }
 
-// update replaces the secrets with those of an accepted SDS response. A secret whose files cannot be
-// read rejects the whole response (NACK) and changes nothing.
+// update takes the secrets of an accepted SDS response. Envoy holds one SDS subscription per secret
+// name (source/common/secret/sds_api.cc) and keeps a secret across responses and across xDS stream
+// reconnections: a response that does not carry a secret changes nothing for it, so neither does
+// it here. A secret whose files cannot be read rejects the whole response (NACK) and changes nothing.
 func (s *secretStore) update(resources []*anypb.Any) error {
-	next := map[string]*secretEntry{}
 	s.mu.RLock()
 	old := s.m
 	s.mu.RUnlock()
+	next := maps.Clone(old)
+	if next == nil {
+		next = map[string]*secretEntry{}
+	}
 	var fresh []*secretEntry
 	for _, a := range resources {
 		var sec tlsv3.Secret
