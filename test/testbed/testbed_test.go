@@ -25,7 +25,8 @@ const (
 	peerAddressAnno = "kubernetes.io/peer-advertise-address"
 )
 
-// TestDefaultTestbed checks the facts every other integration test rests on (REFERENCE.md §1-§2, §8).
+// TestDefaultTestbed checks the facts every other integration test rests on: the
+// identity Lease contract and the served-API difference between v1.35 and v1.36.
 func TestDefaultTestbed(t *testing.T) {
 	tb := testbed.StartT(t, testbed.Config{})
 	ctx := context.Background()
@@ -87,7 +88,7 @@ func TestDefaultTestbed(t *testing.T) {
 	})
 
 	t.Run("kubectl", func(t *testing.T) {
-		// What a round-robin front hands a client half of the time (REFERENCE.md §1).
+		// What a round-robin front hands a client half of the time.
 		out, err := kubectl(tb, "old", "get", "--raw", "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies")
 		if err == nil || !strings.Contains(out, "NotFound") {
 			t.Errorf("kubectl against v1.35: err=%v, output %q; want NotFound", err, out)
