@@ -72,7 +72,10 @@ type methodGroup struct {
 
 // watchOff and watchOn read the first "watch" query parameter as metav1.ListOptions does: any value
 // but "false" or "0" (case-insensitive) asks for a watch. Envoy matches the first value of the
-// decoded parameter (ConfigUtility::QueryParameterMatcher::matches, getFirstValue).
+// parameter as it stands in the path, NOT percent-decoded (RouteEntryImplBase::matchRoute parses with
+// QueryParamsMulti::parseQueryString; ConfigUtility::matchQueryParams, getFirstValue): a
+// percent-encoded watch parameter is read differently by Envoy and the apiserver, and is left to
+// ext_proc (a fail-open limit in the README).
 var (
 	watchOff = &routev3.QueryParameterMatcher{Name: "watch", QueryParameterMatchSpecifier: &routev3.QueryParameterMatcher_StringMatch{
 		StringMatch: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: `(?i:false)|0`}}},

@@ -95,9 +95,11 @@ func matchQueryParameters(ms []*routev3.QueryParameterMatcher, path string) bool
 	return true
 }
 
-// parseAndDecodeQuery is Utility::QueryParamsMulti::parseAndDecodeQueryString keeping first values:
-// after the first '?', pairs split on '&', name and value on the first '=', each percent-decoded by
-// PercentEncoding::decode (valid %XX sequences only; '+' stays '+', invalid escapes stay as they are).
+// parseAndDecodeQuery is what the route matcher reads of the query, keeping first values: after the
+// first '?', pairs split on '&', name and value on the first '=', NOT percent-decoded: the router
+// parses with Utility::QueryParamsMulti::parseQueryString, which does not decode
+// (RouteEntryImplBase::matchRoute, source/common/router/config_impl.cc), so "w%61tch=1" is no
+// "watch" parameter to Envoy although the apiserver decodes it.
 func parseAndDecodeQuery(path string) map[string]string {
 	start := strings.IndexByte(path, '?')
 	if start < 0 {
@@ -112,43 +114,12 @@ func parseAndDecodeQuery(path string) map[string]string {
 			end += start
 		}
 		name, value, _ := strings.Cut(path[start:end], "=")
-		name, value = percentDecode(name), percentDecode(value)
 		if _, dup := out[name]; !dup {
 			out[name] = value
 		}
 		start = end + 1
 	}
 	return out
-}
-
-func percentDecode(s string) string {
-	if strings.IndexByte(s, '%') < 0 {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '%' && i+2 < len(s) && isHex(s[i+1]) && isHex(s[i+2]) {
-			b.WriteByte(unhex(s[i+1])<<4 | unhex(s[i+2]))
-			i += 2
-			continue
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
-func isHex(c byte) bool {
-	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
-}
-
-func unhex(c byte) byte {
-	switch {
-	case c <= '9':
-		return c - '0'
-	case c >= 'a':
-		return c - 'a' + 10
-	}
-	return c - 'A' + 10
 }
 
 // directResponse answers from a route's direct_response (router.cc: sendLocalReply with the status
