@@ -13,6 +13,19 @@ type ResourceKey struct {
 	Group, Version, Resource, Subresource string
 }
 
+// String names the resource for people, as error messages do: "resource[/subresource].group (version)",
+// "resource (version)" for the core group.
+func (k ResourceKey) String() string {
+	s := k.Resource
+	if k.Subresource != "" {
+		s += "/" + k.Subresource
+	}
+	if k.Group == "" {
+		return s + " (" + k.Version + ")"
+	}
+	return s + "." + k.Group + " (" + k.Version + ")"
+}
+
 // Action is what the front does with a request for a resource.
 type Action uint8
 

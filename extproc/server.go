@@ -205,12 +205,12 @@ func (s *Server) decide(r *headersRead) (string, *extprocv3.ProcessingResponse, 
 		cluster := r.target(d.Cluster, anonymous)
 		if s.gate != nil && !s.gate.ClusterReady(cluster) {
 			return OutcomePending, immediate(http.StatusServiceUnavailable, string(metav1.StatusReasonServiceUnavailable),
-				fmt.Sprintf("routing to the apiservers that serve %s is being set up, retry", resourceName(c.Key))), nil
+				fmt.Sprintf("routing to the apiservers that serve %s is being set up, retry", c.Key.String())), nil
 		}
 		return OutcomeRouted, s.continueWith(r, cluster, id), nil
 	case discovery.ActionUnavailable:
 		return OutcomeUnavailable, immediate(http.StatusServiceUnavailable, string(metav1.StatusReasonServiceUnavailable),
-			fmt.Sprintf("no apiserver that serves %s is available, retry later", resourceName(c.Key))), nil
+			fmt.Sprintf("no apiserver that serves %s is available, retry later", c.Key.String())), nil
 	}
 	return OutcomeDefault, s.continueWith(r, all, id), nil
 }
@@ -226,17 +226,6 @@ func (r *headersRead) target(cluster string, anonymous bool) string {
 		return wire.AnonCluster(cluster)
 	}
 	return cluster
-}
-
-func resourceName(k discovery.ResourceKey) string {
-	s := k.Resource
-	if k.Subresource != "" {
-		s += "/" + k.Subresource
-	}
-	if k.Group == "" {
-		return s + " (" + k.Version + ")"
-	}
-	return s + "." + k.Group + " (" + k.Version + ")"
 }
 
 // continueWith lets the request go on, with the routing header naming cluster and the identity

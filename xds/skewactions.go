@@ -160,20 +160,9 @@ func unavailableBody(k discovery.ResourceKey) (string, error) {
 	b, err := json.Marshal(metav1.Status{
 		TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
 		Status:   metav1.StatusFailure,
-		Message:  fmt.Sprintf("no apiserver that serves %s is available, retry later", resourceName(k)),
+		Message:  fmt.Sprintf("no apiserver that serves %s is available, retry later", k.String()),
 		Reason:   metav1.StatusReasonServiceUnavailable,
 		Code:     503,
 	})
 	return string(b), err
-}
-
-func resourceName(k discovery.ResourceKey) string {
-	s := k.Resource
-	if k.Subresource != "" {
-		s += "/" + k.Subresource
-	}
-	if k.Group == "" {
-		return s + " (" + k.Version + ")"
-	}
-	return s + "." + k.Group + " (" + k.Version + ")"
 }
