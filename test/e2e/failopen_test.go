@@ -57,6 +57,7 @@ func TestFailOpenKeepsSkewedRoutes(t *testing.T) {
 		{"ext_proc hung", func() { f.ExtProc.Set(front.Hang) }, f.ExtProc.Held.Load},
 		{"skewgate restarting", func() { f.ExtProc.Set(front.Refuse); f.XDS.Set(front.Refuse) }, f.ExtProc.Refused.Load},
 	}
+	figures := map[string]any{}
 	for _, ph := range phases {
 		before := ph.proven()
 		var rec recorder
@@ -97,6 +98,8 @@ func TestFailOpenKeepsSkewedRoutes(t *testing.T) {
 		t.Logf("%s (%s): %d requests, by status %v, non-2xx window %v, %d ext_proc connections refused or held",
 			ph.name, f.DataPlane, len(rec.out), byCode, window.Round(time.Millisecond), ph.proven()-before)
 		rec.logDistinctErrors(t)
+		figures[ph.name] = map[string]any{"requests": len(rec.out), "by_status": byCode, "wrong_404": len(notFound),
+			"non_2xx_window_ms": window.Milliseconds(), "ext_proc_connections_refused_or_held": ph.proven() - before}
 		for _, o := range notFound {
 			t.Errorf("%s: wrong 404 at %s on %s: %v", ph.name, o.at.Format(time.StampMilli), o.op, o.err)
 		}
@@ -107,4 +110,5 @@ func TestFailOpenKeepsSkewedRoutes(t *testing.T) {
 			t.Errorf("%s: no request succeeded", ph.name)
 		}
 	}
+	writeResults(t, &env{tb: tb, f: f}, figures)
 }
