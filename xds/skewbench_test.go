@@ -21,7 +21,7 @@ func BenchmarkTranslate1000x10(b *testing.B) {
 // BenchmarkSkewRoutes50: the skew routes alone (with their anonymous twins) for 50+ skewed resources.
 func BenchmarkSkewRoutes50(b *testing.B) {
 	top := skewedTopology(50)
-	tb := &translator{o: testOptions().WithDefaults(), top: top, clusters: map[string]bool{}}
+	tb := &translator{o: testOptions().WithDefaults(), top: top}
 	retry, err := retryPolicy()
 	if err != nil {
 		b.Fatal(err)

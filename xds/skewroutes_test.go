@@ -124,7 +124,7 @@ func TestSkewRoutesBounded(t *testing.T) {
 // TestSkewRoutesSkipWhatTheyCannotExpress: a resource name too long for one small pattern is left
 // to ext_proc, and the rest of the table is still served.
 func TestSkewRoutesSkipWhatTheyCannotExpress(t *testing.T) {
-	tb := &translator{o: testOptions(), top: skewedTopology(3), clusters: map[string]bool{}}
+	tb := &translator{o: testOptions(), top: skewedTopology(3)}
 	long := discovery.ResourceKey{Group: "g.example.com", Version: "v1", Resource: strings.Repeat("x", 63)}
 	if _, err := tb.keyRoutes(long, nil); err == nil {
 		t.Fatalf("a %d-character resource name was expressed", len(long.Resource))

@@ -92,7 +92,7 @@ func btoi(b bool) int {
 // withAnonymousTwins puts before each skew route its anonymous twin, as routeConfig does for the
 // other routes: same match plus "no Authorization, no verified client certificate", ext_proc told so
 // through gRPC metadata, and the anonymous twin of an HTTP/2 cluster where that exists.
-func withAnonymousTwins(routes []*routev3.Route, anon *anypb.Any, known func(string) bool) []*routev3.Route {
+func withAnonymousTwins(routes []*routev3.Route, anon *anypb.Any) []*routev3.Route {
 	absent := func(name string) *routev3.HeaderMatcher {
 		return &routev3.HeaderMatcher{Name: name, HeaderMatchSpecifier: &routev3.HeaderMatcher_PresentMatch{PresentMatch: false}}
 	}
@@ -103,7 +103,9 @@ func withAnonymousTwins(routes []*routev3.Route, anon *anypb.Any, known func(str
 		a.Match.Headers = append(a.Match.Headers, absent("authorization"), absent(wire.ForwardedCertHeader))
 		a.TypedPerFilterConfig = map[string]*anypb.Any{filterExtProc: anon}
 		if ra := a.GetRoute(); ra != nil {
-			if c := ra.GetCluster(); !isHTTP1(c) && known(wire.AnonCluster(c)) {
+			// Always the :anon twin: a missing twin fails the translation's route -> cluster check
+			// instead of quietly sending requests without credentials over the front-proxy certificate.
+			if c := ra.GetCluster(); !isHTTP1(c) {
 				ra.ClusterSpecifier = &routev3.RouteAction_Cluster{Cluster: wire.AnonCluster(c)}
 			}
 		}
@@ -133,5 +135,5 @@ func (tb *translator) skewTable(retry *routev3.RetryPolicy, anon *anypb.Any) ([]
 		return nil, err
 	}
 	tb.skewSkipped = skipped
-	return withAnonymousTwins(routes, anon, func(c string) bool { return tb.clusters[c] }), nil
+	return withAnonymousTwins(routes, anon), nil
 }

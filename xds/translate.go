@@ -120,10 +120,7 @@ func Translate(t *discovery.Topology, o Options) (*Resources, error) {
 		}
 	}
 
-	tb.top, tb.clusters = t, make(map[string]bool, len(clusters))
-	for _, c := range clusters {
-		tb.clusters[c.Name] = true
-	}
+	tb.top = t
 	rc, err := tb.routeConfig()
 	if err != nil {
 		return nil, err
@@ -186,9 +183,8 @@ func (rs *Resources) check() error {
 
 type translator struct {
 	o Options
-	// top and clusters are the Topology and the cluster names, for the skew routes (skewroutes.go).
+	// top is the Topology, for the skew routes (skewroutes.go).
 	top         *discovery.Topology
-	clusters    map[string]bool
 	skewSkipped []discovery.ResourceKey
 	// Typed configs every apiserver cluster of a kind shares, packed (and validated) once per
 	// translation: generated resources are never modified after Translate returns.
