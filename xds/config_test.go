@@ -176,3 +176,33 @@ func TestAnonymousClusters(t *testing.T) {
 		t.Errorf("only %d anonymous twins", anons)
 	}
 }
+
+// TestAnonymousRoutesNeverPresentTheCertificate: in a table with skew routes, every anonymous route
+// with a fixed cluster goes to an :anon twin (or the :http1 twin of an upgrade), and no other route
+// does: a request without credentials never rides the front-proxy certificate with the front's say.
+func TestAnonymousRoutesNeverPresentTheCertificate(t *testing.T) {
+	rs, err := Translate(skewedTopology(3), testOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	anon := 0
+	for _, r := range rs.Routes[0].VirtualHosts[0].Routes {
+		c := r.GetRoute().GetCluster()
+		if c == "" {
+			continue // cluster_header routes (ext_proc names the twin) and direct responses
+		}
+		isAnon := strings.HasPrefix(r.Name, "anonymous-")
+		switch {
+		case isAnon && !strings.HasSuffix(c, wire.AnonSuffix) && !strings.HasSuffix(c, wire.HTTP1Suffix):
+			t.Errorf("anonymous route %s goes to %s, which presents the front-proxy certificate", r.Name, c)
+		case !isAnon && strings.HasSuffix(c, wire.AnonSuffix):
+			t.Errorf("route %s (credentials present) goes to the anonymous twin %s", r.Name, c)
+		}
+		if isAnon && strings.HasPrefix(r.Name, "anonymous-skew") {
+			anon++
+		}
+	}
+	if anon == 0 {
+		t.Fatal("no anonymous skew route: the table has no skew routes to check")
+	}
+}
