@@ -16,24 +16,13 @@ import (
 func syntheticTopology(n, sets int) *discovery.Topology { return synthetic.Topology(n, 600, sets) }
 
 // BenchmarkTranslate100x10: 100 upstreams with 10 capability sets (target: under 20 ms).
-func BenchmarkTranslate100x10(b *testing.B) {
-	top := syntheticTopology(100, 10)
-	o := testOptions()
-	b.ReportAllocs()
-	var rs *Resources
-	for b.Loop() {
-		var err error
-		if rs, err = Translate(top, o); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.ReportMetric(float64(len(rs.Clusters)), "clusters")
-}
+func BenchmarkTranslate100x10(b *testing.B) { benchTranslate(b, syntheticTopology(100, 10)) }
 
 // BenchmarkTranslate1000: 1000 upstreams in 10 versions (9 capability sets), every cluster with its
-// twins.
-func BenchmarkTranslate1000(b *testing.B) {
-	top := syntheticTopology(1000, 10)
+// twins, and the skew routes of the resources the versions differ in.
+func BenchmarkTranslate1000(b *testing.B) { benchTranslate(b, syntheticTopology(1000, 10)) }
+
+func benchTranslate(b *testing.B, top *discovery.Topology) {
 	o := testOptions()
 	b.ReportAllocs()
 	var rs *Resources
@@ -44,6 +33,7 @@ func BenchmarkTranslate1000(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(len(rs.Clusters)), "clusters")
+	b.ReportMetric(float64(len(rs.Routes[0].VirtualHosts[0].Routes)), "routes")
 }
 
 // BenchmarkPush measures a Topology change until a real ADS client holds the new clusters (target:
