@@ -54,15 +54,8 @@ type answer struct {
 
 func trustGet(t *testing.T, tb *testbed.Testbed, cert *testbed.CertPair, url, token, accept string) answer {
 	t.Helper()
-	var pair testbed.CertPair
-	if cert != nil {
-		pair = *cert
-	}
-	tc, err := tb.TLSConfig(pair)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &http.Client{Transport: &http.Transport{TLSClientConfig: tc, ForceAttemptHTTP2: true}, Timeout: 20 * time.Second}
+	c := httpsClient(t, tb, cert)
+	c.Transport.(*http.Transport).ForceAttemptHTTP2 = true
 	defer c.CloseIdleConnections()
 	req, err := http.NewRequest(http.MethodGet, url, nil)
 	if err != nil {
