@@ -469,3 +469,36 @@ func TestPublishesBeforeInformersSync(t *testing.T) {
 		return ok && u.Ready && u.Capabilities
 	})
 }
+
+// TestStaleLeaseLeavesWithoutAnotherEvent: an apiserver SIGKILLed leaves its Lease behind and sends
+// nothing more; after its probes failed, the only thing left to notice is the Lease going stale, which
+// no informer reports. The controller must wake up for it by itself.
+func TestStaleLeaseLeavesWithoutAnotherEvent(t *testing.T) {
+	pki, cert := testPKI(t)
+	neu := newFakeUpstream(t, cert, "v1.36.3", docJSON(t, coreDoc()), docJSON(t, apisDoc(true)))
+	client := fake.NewClientset(lease("apiserver-new", "new", neu.addr(), time.Now()), kubernetesSlice(neu.addr()))
+	c, err := New(Config{
+		Client:             client,
+		Upstream:           restFor(t, pki),
+		TrustEndpointSlice: true,
+		StaleAfter:         3 * time.Second,
+		ProbeInterval:      10 * time.Millisecond,
+		FailureThreshold:   1,
+		Registry:           prometheus.NewRegistry(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runController(t, c)
+	waitFor(t, c, "new ready", func(tp *Topology) bool { u, ok := tp.Upstream("new"); return ok && u.Ready })
+	neu.notReady.Store(true) // the last event: from here on nothing changes but the clock
+	waitFor(t, c, "new not ready", func(tp *Topology) bool { u, ok := tp.Upstream("new"); return ok && !u.Ready })
+	start := time.Now()
+	waitForWithin(t, c, 10*time.Second, "the stale Lease out of the topology", func(tp *Topology) bool {
+		_, ok := tp.Upstream("new")
+		return !ok
+	})
+	if waited := time.Since(start); waited > 4*time.Second {
+		t.Errorf("left %v after it stopped answering; the Lease went stale within 3s", waited)
+	}
+}

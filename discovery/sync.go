@@ -41,6 +41,8 @@ func (c *Controller) sync(ctx context.Context) time.Time {
 	c.reconcileWorkers(ctx, view.candidates)
 
 	facts, initialized, next := c.facts(view.candidates, now)
+	// A Lease going stale is an event nobody sends: run again when the earliest live one expires.
+	next = minTime(next, view.nextExpiry)
 	if !initialized && c.current.Load() == nil && time.Since(c.started) < c.cfg.InitialTimeout {
 		// Wait for every upstream's first fetch (each one asks for a sync), but not forever.
 		return minTime(next, now.Add(c.started.Add(c.cfg.InitialTimeout).Sub(time.Now())))
