@@ -6,8 +6,6 @@ import (
 	"time"
 
 	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
-
-	"github.com/skewgate/skewgate/internal/wire"
 )
 
 // Document is one fetched aggregated discovery document (/api or /apis) of one upstream.
@@ -20,7 +18,7 @@ type Document struct {
 
 // UpstreamFacts is everything known about one upstream when a Topology is built.
 type UpstreamFacts struct {
-	Upstream // Cluster and Resources are filled in by Build
+	Upstream // Capabilities and Resources are filled in by Build
 	// API and APIs are nil until discovery was fetched once.
 	API, APIs *Document
 	// Departed marks an upstream that left (its Lease was deleted or went stale) recently. It is in no
@@ -103,7 +101,7 @@ func Build(version string, now time.Time, facts []UpstreamFacts) *Topology {
 			return false
 		}
 		u := f.Upstream
-		u.Cluster, u.Capabilities, u.Resources = "", false, 0
+		u.Capabilities, u.Resources = false, 0
 		t.Unproven = append(t.Unproven, u)
 		return true
 	})
@@ -117,7 +115,6 @@ func Build(version string, now time.Time, facts []UpstreamFacts) *Topology {
 			ready.set(i)
 		}
 		u := f.Upstream
-		u.Cluster = wire.UpstreamCluster(u.Name)
 		u.Capabilities = true
 		// The default route balances over every proven upstream (xds builds AllCluster from those with
 		// Capabilities), so "served by all" means all of them.
@@ -140,8 +137,8 @@ func Build(version string, now time.Time, facts []UpstreamFacts) *Topology {
 		}
 		return out
 	}
-	clusterOf := map[string]string{} // bitset key -> cluster
-	sets := map[string]CapabilitySet{}
+	setOf := map[string]SetID{} // bitset key -> set
+	sets := map[SetID]CapabilitySet{}
 	decide := func(s bitset) Decision {
 		switch {
 		case s.equal(all):
@@ -150,16 +147,16 @@ func Build(version string, now time.Time, facts []UpstreamFacts) *Topology {
 			return Decision{Action: ActionUnavailable}
 		}
 		k := s.key()
-		c, ok := clusterOf[k]
+		id, ok := setOf[k]
 		if !ok {
-			members := names(s)
-			c = wire.SetCluster(members)
-			clusterOf[k] = c
+			members := names(s) // sorted: facts are
+			id = NewSetID(members)
+			setOf[k] = id
 			if len(members) > 1 {
-				sets[c] = CapabilitySet{Cluster: c, Members: members}
+				sets[id] = CapabilitySet{ID: id, Members: members}
 			}
 		}
-		return Decision{Action: ActionRoute, Cluster: c}
+		return Decision{Action: ActionRoute, Set: id}
 	}
 	for key, c := range caps {
 		r := route{Decision: decide(c.servers)}
@@ -194,7 +191,7 @@ func Build(version string, now time.Time, facts []UpstreamFacts) *Topology {
 	for _, s := range sets {
 		t.Sets = append(t.Sets, s)
 	}
-	slices.SortFunc(t.Sets, func(a, b CapabilitySet) int { return strings.Compare(a.Cluster, b.Cluster) })
+	slices.SortFunc(t.Sets, func(a, b CapabilitySet) int { return strings.Compare(string(a.ID), string(b.ID)) })
 
 	var apiDocs, apisDocs []*Document
 	for _, f := range facts {

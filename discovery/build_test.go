@@ -7,8 +7,6 @@ import (
 	"time"
 
 	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
-
-	"github.com/skewgate/skewgate/internal/wire"
 )
 
 func upstream(name string, ready bool, withMAP bool) UpstreamFacts {
@@ -23,7 +21,7 @@ var (
 )
 
 func TestBuildDecisions(t *testing.T) {
-	route := func(c string) Decision { return Decision{Action: ActionRoute, Cluster: c} }
+	route := func(s SetID) Decision { return Decision{Action: ActionRoute, Set: s} }
 	def, unavailable := Decision{}, Decision{Action: ActionUnavailable}
 	threeWay := []UpstreamFacts{upstream("a", true, false), upstream("b", true, true), upstream("c", true, true)}
 	type check struct {
@@ -45,14 +43,14 @@ func TestBuildDecisions(t *testing.T) {
 		}, 0},
 		{"skewed", []UpstreamFacts{upstream("old", true, false), upstream("new", true, true)}, []check{
 			{keyPods, "get", def}, {keyExec, "create", def}, {keyNobody, "get", def},
-			{keyMAP, "get", route(wire.UpstreamCluster("new"))},
-			{keyMAP, "watch", route(wire.UpstreamCluster("new"))},
+			{keyMAP, "get", route("new")},
+			{keyMAP, "watch", route("new")},
 		}, 0},
 		{"skewed, capable server not ready", []UpstreamFacts{upstream("old", true, false), upstream("new", false, true)}, []check{
 			{keyPods, "get", def}, {keyMAP, "get", unavailable},
 		}, 0},
 		{"three upstreams, two capability sets", threeWay, []check{
-			{keyPods, "list", def}, {keyMAP, "list", route(wire.SetCluster([]string{"b", "c"}))},
+			{keyPods, "list", def}, {keyMAP, "list", route("b,c")},
 		}, 1},
 		{"upstream without capabilities yet", []UpstreamFacts{upstream("a", true, true), {Upstream: Upstream{Name: "b", Ready: true}}}, []check{
 			// b is not in the default route (xds builds it from upstreams with capabilities).
@@ -91,7 +89,7 @@ func TestBuildPerVerb(t *testing.T) {
 	if got := topo.Decide(cm, "get"); got.Action != ActionDefault {
 		t.Errorf("get configmaps = %+v, want default", got)
 	}
-	if got := topo.Decide(cm, "create"); got != (Decision{Action: ActionRoute, Cluster: wire.UpstreamCluster("a")}) {
+	if got := topo.Decide(cm, "create"); got != (Decision{Action: ActionRoute, Set: "a"}) {
 		t.Errorf("create configmaps = %+v, want route to a", got)
 	}
 	skewed := topo.Skewed()
@@ -184,7 +182,7 @@ func TestBuildIgnoresUpstreamsWithoutCapabilities(t *testing.T) {
 	if d := top.Decide(keyPods, "list"); d.Action != ActionDefault {
 		t.Errorf("pods: %+v, want the default route", d)
 	}
-	if d := top.Decide(keyMAP, "list"); d != (Decision{Action: ActionRoute, Cluster: wire.UpstreamCluster("new")}) {
+	if d := top.Decide(keyMAP, "list"); d != (Decision{Action: ActionRoute, Set: "new"}) {
 		t.Errorf("mutatingadmissionpolicies: %+v, want new", d)
 	}
 	if len(top.Sets) != 0 {

@@ -22,8 +22,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
-
-	"github.com/skewgate/skewgate/internal/wire"
 )
 
 const testToken = "discovery-test-token"
@@ -183,7 +181,7 @@ func TestControllerFollowsLeasesReadinessAndPolicy(t *testing.T) {
 	ctx := runController(t, c)
 
 	mapOnlyOnNew := func(tp *Topology) bool {
-		return tp.Decide(keyMAP, "get") == Decision{Action: ActionRoute, Cluster: wire.UpstreamCluster("new")}
+		return tp.Decide(keyMAP, "get") == Decision{Action: ActionRoute, Set: "new"}
 	}
 	topo := waitFor(t, c, "mutatingadmissionpolicies routed to new", mapOnlyOnNew)
 	if d := topo.Decide(keyPods, "list"); d.Action != ActionDefault {

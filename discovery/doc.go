@@ -5,6 +5,7 @@
 //
 // It is the only writer of the Topology and the only part of skewgate that talks to apiservers. It
 // rebuilds the whole Topology from informer listers and fetched documents on every change instead of
-// patching it (k8s.io/apiserver pkg/util/peerproxy keeps the same one-writer rule). It must not know
-// about Envoy beyond the cluster names in internal/wire.
+// patching it (k8s.io/apiserver pkg/util/peerproxy keeps the same one-writer rule). It knows nothing
+// of Envoy: a decision names a set of upstreams (SetID), and the contract package internal/wire
+// names the Envoy clusters for them.
 package discovery

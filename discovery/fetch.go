@@ -15,8 +15,6 @@ import (
 	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
-
-	"github.com/skewgate/skewgate/internal/wire"
 )
 
 // discoveryAccept asks for the upstream's LOCAL view first (profile=nopeer: a 1.36 server with the
@@ -65,6 +63,11 @@ type fetcher struct {
 	maxBytes int64
 }
 
+// ServerName is the name every apiserver serving certificate carries (kubeadm: GetAPIServerAltNames
+// in cmd/kubeadm/app/util/pkiutil; an apiserver's own self-signed certificate lists the service
+// names), so each upstream's certificate is verified for it whatever its address.
+const ServerName = "kubernetes.default.svc"
+
 // newFetcher builds a client for the upstream at addr from base: same credentials and CA, host
 // replaced, and the certificate verified for kubernetes.default.svc, which every apiserver serving
 // certificate carries.
@@ -72,7 +75,7 @@ func newFetcher(base *rest.Config, addr string, maxBytes int64) (*fetcher, error
 	cfg := rest.CopyConfig(base)
 	cfg.Host = "https://" + addr
 	cfg.APIPath = ""
-	cfg.TLSClientConfig.ServerName = wire.UpstreamSNI
+	cfg.TLSClientConfig.ServerName = ServerName
 	if cfg.TLSClientConfig.Insecure {
 		return nil, errors.New("refusing an insecure TLS config: upstream certificates are always verified")
 	}

@@ -10,7 +10,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 
-	"github.com/skewgate/skewgate/internal/wire"
 	"github.com/skewgate/skewgate/test/testbed"
 )
 
@@ -37,7 +36,7 @@ func TestTestbedTopology(t *testing.T) {
 	}
 	ctx := runController(t, c)
 
-	onlyNew := Decision{Action: ActionRoute, Cluster: wire.UpstreamCluster("new")}
+	onlyNew := Decision{Action: ActionRoute, Set: "new"}
 	topo := waitForWithin(t, c, time.Minute, "both upstreams with capabilities", func(tp *Topology) bool {
 		o, ok1 := tp.Upstream("old")
 		n, ok2 := tp.Upstream("new")

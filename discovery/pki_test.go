@@ -8,8 +8,6 @@ import (
 
 	"k8s.io/client-go/rest"
 	certutil "k8s.io/client-go/util/cert"
-
-	"github.com/skewgate/skewgate/internal/wire"
 )
 
 // testCA is the CA of a test apiserver's serving certificate.
@@ -19,7 +17,7 @@ type testCA struct{ certPEM []byte }
 // fetches verify) and 127.0.0.1, with client-go's own helper.
 func testPKI(t testing.TB) (testCA, tls.Certificate) {
 	t.Helper()
-	chain, key, err := certutil.GenerateSelfSignedCertKey(wire.UpstreamSNI, []net.IP{net.IPv4(127, 0, 0, 1)}, nil)
+	chain, key, err := certutil.GenerateSelfSignedCertKey(ServerName, []net.IP{net.IPv4(127, 0, 0, 1)}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

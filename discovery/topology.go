@@ -2,6 +2,7 @@ package discovery
 
 import (
 	"slices"
+	"strings"
 	"time"
 
 	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
@@ -33,7 +34,7 @@ const (
 	// ActionDefault: no routing header; the default route balances over every upstream. Used when
 	// every upstream serves the resource, and when none does (an apiserver answers its genuine 404).
 	ActionDefault Action = iota
-	// ActionRoute: send the request to Decision.Cluster, which holds exactly the capable upstreams.
+	// ActionRoute: send the request to the upstreams of Decision.Set, exactly the capable ones.
 	ActionRoute
 	// ActionUnavailable: capable upstreams exist but none is ready: answer 503, never 404.
 	ActionUnavailable
@@ -52,8 +53,25 @@ func (a Action) String() string {
 
 // Decision is the routing answer for one resource (and verb).
 type Decision struct {
-	Action  Action
-	Cluster string // set for ActionRoute
+	Action Action
+	Set    SetID // set for ActionRoute
+}
+
+// SetID names a set of upstreams by its members: their names, sorted and joined by ",". A set of one
+// is named by its member. Upstream names are hostnames, so they hold no ",".
+type SetID string
+
+// NewSetID names the set of members (in any order).
+func NewSetID(members []string) SetID {
+	return SetID(strings.Join(slices.Sorted(slices.Values(members)), ","))
+}
+
+// Members returns the set's upstream names, sorted.
+func (s SetID) Members() []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(string(s), ",")
 }
 
 // route is the decision for a resource key, with overrides for verbs whose capable set differs.
@@ -75,7 +93,6 @@ const (
 type Upstream struct {
 	// Name is the apiserver's hostname (identity Lease label) or its static name; it is the key.
 	Name    string `json:"name"`
-	Cluster string `json:"cluster"`
 	Address string `json:"address"` // ip:port
 	Source  Source `json:"source"`
 	// LeaseName and Holder identify the identity Lease, if any.
@@ -107,9 +124,9 @@ type IgnoredLease struct {
 }
 
 // CapabilitySet is a group of two or more upstreams that together are exactly the servers of some
-// resource. xds makes one cluster per set; a set of one is that upstream's own cluster.
+// resource. A decision names a set of one by its upstream; Topology.Sets holds the larger ones.
 type CapabilitySet struct {
-	Cluster string   `json:"cluster"`
+	ID      SetID    `json:"id"`
 	Members []string `json:"members"`
 }
 
@@ -185,25 +202,12 @@ func findUpstream(us []Upstream, name string) (Upstream, bool) {
 	return us[i], true
 }
 
-// Clusters returns every cluster a decision may name, plus AllCluster's members: the per-upstream
-// clusters and the set clusters.
-func (t *Topology) Clusters() []string {
-	out := make([]string, 0, len(t.Upstreams)+len(t.Sets))
-	for _, u := range t.Upstreams {
-		out = append(out, u.Cluster)
-	}
-	for _, s := range t.Sets {
-		out = append(out, s.Cluster)
-	}
-	return out
-}
-
 // SkewedResource is a resource not served by every upstream.
 type SkewedResource struct {
 	Key      ResourceKey `json:"key"`
 	Verb     string      `json:"verb,omitempty"` // set when only this verb differs
 	Decision string      `json:"decision"`
-	Cluster  string      `json:"cluster,omitempty"`
+	Set      SetID       `json:"set,omitempty"`
 }
 
 // Skewed lists the resources (and verbs) that do not take the default route, sorted.
@@ -211,10 +215,10 @@ func (t *Topology) Skewed() []SkewedResource {
 	var out []SkewedResource
 	for k, r := range t.routes {
 		if r.Action != ActionDefault {
-			out = append(out, SkewedResource{Key: k, Decision: r.Action.String(), Cluster: r.Cluster})
+			out = append(out, SkewedResource{Key: k, Decision: r.Action.String(), Set: r.Set})
 		}
 		for v, d := range r.byVerb {
-			out = append(out, SkewedResource{Key: k, Verb: v, Decision: d.Action.String(), Cluster: d.Cluster})
+			out = append(out, SkewedResource{Key: k, Verb: v, Decision: d.Action.String(), Set: d.Set})
 		}
 	}
 	slices.SortFunc(out, func(a, b SkewedResource) int {

@@ -51,6 +51,7 @@ type Server struct {
 	metrics *metrics
 
 	frontDiscovery atomic.Pointer[frontDiscovery]
+	clusterNames   atomic.Pointer[clusterNames]
 	identities     identityCache
 }
 
@@ -202,7 +203,7 @@ func (s *Server) decide(r *headersRead) (string, *extprocv3.ProcessingResponse, 
 	d := t.Decide(c.Key, c.Verb)
 	switch d.Action {
 	case discovery.ActionRoute:
-		cluster := r.target(d.Cluster, anonymous)
+		cluster := r.target(s.clustersFor(t).of(d.Set), anonymous)
 		if s.gate != nil && !s.gate.ClusterReady(cluster) {
 			return OutcomePending, immediate(http.StatusServiceUnavailable, string(metav1.StatusReasonServiceUnavailable),
 				fmt.Sprintf("routing to the apiservers that serve %s is being set up, retry", c.Key.String())), nil

@@ -87,7 +87,7 @@ func (tb *translator) groupRoutes(k discovery.ResourceKey, shape skewShape, pref
 	}
 	cluster := wire.AllCluster
 	if g.decision.Action == discovery.ActionRoute {
-		cluster = g.decision.Cluster
+		cluster = wire.SetCluster(g.decision.Set.Members())
 	}
 	upgrade := &routev3.HeaderMatcher{Name: "upgrade", HeaderMatchSpecifier: &routev3.HeaderMatcher_PresentMatch{PresentMatch: true}}
 	rs := []*routev3.Route{{

@@ -99,12 +99,12 @@ func Translate(t *discovery.Topology, o Options) (*Resources, error) {
 		return nil, err
 	}
 	for _, u := range upstreams {
-		if err := add(u.Cluster, []string{u.Name}); err != nil {
+		if err := add(wire.UpstreamCluster(u.Name), []string{u.Name}); err != nil {
 			return nil, err
 		}
 	}
 	for _, s := range sets {
-		if err := add(s.Cluster, s.Members); err != nil {
+		if err := add(wire.SetCluster(s.Members), s.Members); err != nil {
 			return nil, err
 		}
 	}

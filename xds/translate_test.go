@@ -185,7 +185,16 @@ func TestTranslateClusters(t *testing.T) {
 		got[n] = true
 	}
 	// Every cluster a decision can name exists, with its HTTP/1.1 and anonymous twins.
-	for _, c := range append(top.Clusters(), wire.AllCluster) {
+	named := []string{wire.AllCluster}
+	for _, u := range top.Upstreams {
+		named = append(named, wire.UpstreamCluster(u.Name))
+	}
+	for _, s := range top.Skewed() {
+		if s.Set != "" {
+			named = append(named, wire.SetCluster(s.Set.Members()))
+		}
+	}
+	for _, c := range named {
 		if !got[c] || !got[wire.HTTP1Cluster(c)] || !got[wire.AnonCluster(c)] {
 			t.Errorf("cluster %s or a twin missing from %v", c, rs.ClusterNames())
 		}
@@ -195,5 +204,13 @@ func TestTranslateClusters(t *testing.T) {
 	}
 	if !got[wire.ExtProcCluster] {
 		t.Errorf("ext_proc cluster missing")
+	}
+}
+
+// TestEnvoyVerifiesUpstreamsAsDiscoveryDoes: Envoy and discovery verify the same apiserver
+// certificates; if they checked different names, an upstream discovery proved would fail in Envoy.
+func TestEnvoyVerifiesUpstreamsAsDiscoveryDoes(t *testing.T) {
+	if wire.UpstreamSNI != discovery.ServerName {
+		t.Errorf("Envoy verifies apiservers for %q, discovery for %q", wire.UpstreamSNI, discovery.ServerName)
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/skewgate/skewgate/internal/app"
+	"github.com/skewgate/skewgate/internal/wire"
 	"github.com/skewgate/skewgate/xds"
 )
 
@@ -205,7 +206,7 @@ func printTopology(w io.Writer, v app.TopologyView) error {
 	fmt.Fprintf(tw, "Topology %s (generated %s), Envoy snapshot %s\n\n", v.Version, v.Generated.Format(time.RFC3339), v.Snapshot)
 	fmt.Fprintln(tw, "UPSTREAM\tADDRESS\tVERSION\tREADY\tSOURCE\tRESOURCES\tCLUSTER")
 	for _, u := range v.Upstreams {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s\t%d\t%s\n", u.Name, u.Address, u.Version, u.Ready, u.Source, u.Resources, u.Cluster)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s\t%d\t%s\n", u.Name, u.Address, u.Version, u.Ready, u.Source, u.Resources, wire.UpstreamCluster(u.Name))
 	}
 	for _, u := range v.Unproven {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s\t-\t(unproven: no cluster)\n", u.Name, u.Address, u.Version, u.Ready, u.Source)
@@ -219,7 +220,7 @@ func printTopology(w io.Writer, v app.TopologyView) error {
 	if len(v.Sets) > 0 {
 		fmt.Fprintln(tw, "\nCAPABILITY SET\tMEMBERS")
 		for _, s := range v.Sets {
-			fmt.Fprintf(tw, "%s\t%s\n", s.Cluster, strings.Join(s.Members, ","))
+			fmt.Fprintf(tw, "%s\t%s\n", wire.SetCluster(s.Members), strings.Join(s.Members, ","))
 		}
 	}
 	fmt.Fprintf(tw, "\nSKEWED RESOURCE\tVERB\tDECISION\tCLUSTER\n")
@@ -232,7 +233,11 @@ func printTopology(w io.Writer, v app.TopologyView) error {
 		if s.Key.Group != "" {
 			gv = s.Key.Group + "/" + gv
 		}
-		fmt.Fprintf(tw, "%s %s\t%s\t%s\t%s\n", gv, name, s.Verb, s.Decision, s.Cluster)
+		cluster := ""
+		if s.Set != "" {
+			cluster = wire.SetCluster(s.Set.Members())
+		}
+		fmt.Fprintf(tw, "%s %s\t%s\t%s\t%s\n", gv, name, s.Verb, s.Decision, cluster)
 	}
 	return tw.Flush()
 }

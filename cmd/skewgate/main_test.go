@@ -18,10 +18,10 @@ import (
 
 func TestTopologyCommand(t *testing.T) {
 	view := app.TopologyView{Version: "t-7", Generated: time.Unix(0, 0).UTC(), Snapshot: "s-3",
-		Upstreams: []discovery.Upstream{{Name: "old", Address: "10.0.0.1:6443", Version: "v1.35.4", Ready: true, Source: discovery.SourceStatic, Cluster: "skewgate-upstream-old"}},
+		Upstreams: []discovery.Upstream{{Name: "old", Address: "10.0.0.1:6443", Version: "v1.35.4", Ready: true, Source: discovery.SourceStatic}},
 		Unproven:  []discovery.Upstream{{Name: "joining", Address: "10.0.0.9:6443", Source: discovery.SourceLease}},
 		Ignored:   []discovery.IgnoredLease{{Lease: "apiserver-abc", Hostname: "cp-2", Reason: discovery.IgnoredNoAddress, Hint: "add --static-upstream=cp-2=<ip>:<port>"}},
-		Skewed:    []discovery.SkewedResource{{Key: discovery.ResourceKey{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "mutatingadmissionpolicies"}, Decision: "route", Cluster: "skewgate-upstream-new"}}}
+		Skewed:    []discovery.SkewedResource{{Key: discovery.ResourceKey{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "mutatingadmissionpolicies"}, Decision: "route", Set: "new"}}}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/topology" {
 			http.NotFound(w, r)
