@@ -57,22 +57,28 @@ func BenchmarkDiscoveryAnswer(b *testing.B) {
 func BenchmarkProcessLoad(b *testing.B) {
 	// skewgate serve runs with --gc-percent 400 by default.
 	defer debug.SetGCPercent(debug.SetGCPercent(400))
+	// Loopback TCP and a unix socket alternate within one run, so both meet the same machine load.
 	for _, rate := range []int{2000, 5000, 10000} {
-		b.Run(fmt.Sprintf("rate=%d", rate), func(b *testing.B) {
-			h := startServer(b)
-			req := envoyHeaders("GET", "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies")
-			lat, failed, took := runLoad(h.client, req, rate, 2*time.Second)
-			slices.Sort(lat)
-			q := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))].Microseconds()) }
-			b.ReportMetric(q(0.50), "p50-µs")
-			b.ReportMetric(q(0.90), "p90-µs")
-			b.ReportMetric(q(0.99), "p99-µs")
-			b.ReportMetric(float64(lat[len(lat)-1].Microseconds()), "max-µs")
-			b.ReportMetric(float64(len(lat))/took.Seconds(), "req/s")
-			if failed > 0 {
-				b.Errorf("%d of %d requests failed", failed, len(lat))
-			}
-		})
+		for _, network := range []string{"tcp", "unix"} {
+			b.Run(fmt.Sprintf("rate=%d/%s", rate, network), func(b *testing.B) { loadAt(b, network, rate) })
+		}
+	}
+}
+
+// loadAt runs the load at rate against a server on network (tcp or unix).
+func loadAt(b *testing.B, network string, rate int) {
+	h := startServerOn(b, network)
+	req := envoyHeaders("GET", "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies")
+	lat, failed, took := runLoad(h.client, req, rate, 2*time.Second)
+	slices.Sort(lat)
+	q := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))].Microseconds()) }
+	b.ReportMetric(q(0.50), "p50-µs")
+	b.ReportMetric(q(0.90), "p90-µs")
+	b.ReportMetric(q(0.99), "p99-µs")
+	b.ReportMetric(float64(lat[len(lat)-1].Microseconds()), "max-µs")
+	b.ReportMetric(float64(len(lat))/took.Seconds(), "req/s")
+	if failed > 0 {
+		b.Errorf("%d of %d requests failed", failed, len(lat))
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -80,9 +81,24 @@ type harness struct {
 
 func startServer(t testing.TB, opts ...Option) *harness {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	return startServerOn(t, "tcp", opts...)
+}
+
+// startServerOn serves on loopback TCP ("tcp") or on a unix socket ("unix"), the two ways Envoy can
+// reach a co-located skewgate.
+func startServerOn(t testing.TB, network string, opts ...Option) *harness {
+	t.Helper()
+	addr, target := "127.0.0.1:0", ""
+	if network == "unix" {
+		addr = filepath.Join(t.TempDir(), "extproc.sock")
+		target = "unix://" + addr
+	}
+	lis, err := net.Listen(network, addr)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if target == "" {
+		target = lis.Addr().String()
 	}
 	src := &fixedSource{}
 	src.t.Store(skewedTopology())
@@ -92,7 +108,7 @@ func startServer(t testing.TB, opts ...Option) *harness {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- Serve(ctx, g, lis, time.Second) }()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
