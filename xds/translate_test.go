@@ -4,11 +4,11 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"sigs.k8s.io/yaml"
@@ -156,22 +156,9 @@ func TestTranslateGolden(t *testing.T) {
 	}
 }
 
-// lineDiff shows the first differing line of two texts.
-func lineDiff(a, b string) string {
-	al, bl := strings.Split(a, "\n"), strings.Split(b, "\n")
-	for i := 0; i < len(al) || i < len(bl); i++ {
-		var x, y string
-		if i < len(al) {
-			x = al[i]
-		}
-		if i < len(bl) {
-			y = bl[i]
-		}
-		if x != y {
-			return "line " + strconv.Itoa(i+1) + ":\n  golden: " + x + "\n  now:    " + y
-		}
-	}
-	return ""
+// lineDiff shows every differing line of two texts (-golden +now), with context.
+func lineDiff(golden, now string) string {
+	return cmp.Diff(strings.Split(golden, "\n"), strings.Split(now, "\n"))
 }
 
 func TestTranslateClusters(t *testing.T) {
