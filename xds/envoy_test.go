@@ -26,8 +26,6 @@ import (
 	"go.uber.org/zap/zaptest"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
-
-	"github.com/skewgate/skewgate/test/testbed"
 )
 
 // The tests in this file run a real Envoy: set ENVOY_BIN to its binary (envoy/README.md lists the
@@ -44,23 +42,16 @@ func envoyBin(t *testing.T) string {
 
 // envoyPKI writes certificates for every file the translation names and returns Options using them:
 // client CA, upstream CA, front-proxy pair and an ext_proc mTLS pair, so every secret is served.
-func envoyPKI(t *testing.T) (Options, *testbed.PKI) {
+func envoyPKI(t *testing.T) (Options, testPKI) {
 	t.Helper()
-	pki, err := testbed.NewPKI(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	serving, err := pki.IssueServing("front", net.ParseIP("127.0.0.1"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	pki := newTestPKI(t)
 	return Options{
 		ListenAddress: "127.0.0.1", ListenPort: freePort(t),
-		ServingCertFile: serving.Cert, ServingKeyFile: serving.Key, ClientCAFile: pki.CA.Cert,
-		UpstreamCAFile: pki.CA.Cert, FrontProxyCertFile: pki.FrontProxyClient.Cert, FrontProxyKeyFile: pki.FrontProxyClient.Key,
+		ServingCertFile: pki.Cert, ServingKeyFile: pki.Key, ClientCAFile: pki.CA,
+		UpstreamCAFile: pki.CA, FrontProxyCertFile: pki.Cert, FrontProxyKeyFile: pki.Key,
 		// Nothing listens there: the cluster only has to be accepted.
 		ExtProcAddress: "127.0.0.1:1", ExtProcSNI: "127.0.0.1",
-		ExtProcCAFile: pki.CA.Cert, ExtProcCertFile: pki.LowPriv.Cert, ExtProcKeyFile: pki.LowPriv.Key,
+		ExtProcCAFile: pki.CA, ExtProcCertFile: pki.Cert, ExtProcKeyFile: pki.Key,
 	}, pki
 }
 
@@ -90,7 +81,7 @@ func TestEnvoyValidatesBootstrap(t *testing.T) {
 	dir := t.TempDir()
 	o := exampleBootstrap()
 	o.XDSAddress = "127.0.0.1:18000"
-	o.XDSCAFile, o.XDSCertFile, o.XDSKeyFile = pki.CA.Cert, pki.Admin.Cert, pki.Admin.Key
+	o.XDSCAFile, o.XDSCertFile, o.XDSKeyFile = pki.CA, pki.Cert, pki.Key
 	o.SDSDir = filepath.Join(dir, "sds")
 	files, err := BootstrapSDSFiles(o)
 	if err != nil {
