@@ -100,21 +100,9 @@ func TestRenewalsRebuildNothing(t *testing.T) {
 // filter, and each iteration ends with the sync the changes ask for (the queue coalesces them). The
 // informers and the fake clientset are left out: they are client-go's cost, not ours.
 func BenchmarkLeaseChurn(b *testing.B) {
-	pki, _ := testPKI(b)
-	c, err := New(Config{Client: fake.NewClientset(), Upstream: restFor(b, pki), Registry: prometheus.NewRegistry()})
-	if err != nil {
-		b.Fatal(err)
-	}
 	leases := make([]*coordinationv1.Lease, 5000)
-	for i := range leases {
-		leases[i] = lease("apiserver-f"+strconv.Itoa(i), "f"+strconv.Itoa(i), "", time.Now())
-	}
-	c.leases = func() []*coordinationv1.Lease { return leases }
+	c := leaseBench(b, "f", leases)
 	ctx := b.Context()
-	c.sync(ctx)
-	if t := c.Current(); t == nil || len(t.Ignored) != 5000 {
-		b.Fatal("no first Topology with 5000 ignored Leases")
-	}
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
@@ -152,21 +140,9 @@ func BenchmarkLeaseChurn(b *testing.B) {
 // apiserver renewing its identity Lease every 10 s (18 renewals) and nothing else changing. Reports
 // the rebuilds and syncs per minute that causes (target: 0 rebuilds).
 func BenchmarkRenewalRebuilds(b *testing.B) {
-	pki, _ := testPKI(b)
-	c, err := New(Config{Client: fake.NewClientset(), Upstream: restFor(b, pki), Registry: prometheus.NewRegistry()})
-	if err != nil {
-		b.Fatal(err)
-	}
 	leases := make([]*coordinationv1.Lease, 3)
-	for i := range leases {
-		leases[i] = lease("apiserver-cp"+strconv.Itoa(i), "cp"+strconv.Itoa(i), "", time.Now())
-	}
-	c.leases = func() []*coordinationv1.Lease { return leases }
+	c := leaseBench(b, "cp", leases)
 	ctx := b.Context()
-	c.sync(ctx)
-	if c.Current() == nil {
-		b.Fatal("no first Topology")
-	}
 	rebuilds, _ := histogram(c.metrics.rebuildDuration)
 	n, syncs := 0, 0
 	for b.Loop() {
@@ -186,4 +162,23 @@ func BenchmarkRenewalRebuilds(b *testing.B) {
 	after, _ := histogram(c.metrics.rebuildDuration)
 	b.ReportMetric(float64(after-rebuilds)/float64(n), "rebuilds/min")
 	b.ReportMetric(float64(syncs)/float64(n), "syncs/min")
+}
+
+// leaseBench fills leases with renewed identity Leases without an address (hostnames prefix0, prefix1,
+// ...), makes a controller that reads exactly them (no informers) and runs its first sync.
+func leaseBench(b *testing.B, prefix string, leases []*coordinationv1.Lease) *Controller {
+	pki, _ := testPKI(b)
+	c, err := New(Config{Client: fake.NewClientset(), Upstream: restFor(b, pki), Registry: prometheus.NewRegistry()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := range leases {
+		leases[i] = lease("apiserver-"+prefix+strconv.Itoa(i), prefix+strconv.Itoa(i), "", time.Now())
+	}
+	c.leases = func() []*coordinationv1.Lease { return leases }
+	c.sync(b.Context())
+	if t := c.Current(); t == nil || len(t.Ignored) != len(leases) {
+		b.Fatalf("no first Topology with %d ignored Leases", len(leases))
+	}
+	return c
 }

@@ -2,36 +2,27 @@ package discovery
 
 import (
 	"crypto/tls"
-	"encoding/pem"
 	"net"
 	"testing"
 
 	"k8s.io/client-go/rest"
-	certutil "k8s.io/client-go/util/cert"
+
+	"github.com/skewgate/skewgate/internal/testpki"
 )
 
 // testCA is the CA of a test apiserver's serving certificate.
 type testCA struct{ certPEM []byte }
 
 // testPKI makes a CA and a serving certificate signed by it for kubernetes.default.svc (the name
-// fetches verify) and 127.0.0.1, with client-go's own helper.
+// fetches verify) and 127.0.0.1.
 func testPKI(t testing.TB) (testCA, tls.Certificate) {
 	t.Helper()
-	chain, key, err := certutil.GenerateSelfSignedCertKey(ServerName, []net.IP{net.IPv4(127, 0, 0, 1)}, nil)
+	ca, certPEM, key := testpki.SelfSigned(t, ServerName, net.IPv4(127, 0, 0, 1))
+	cert, err := tls.X509KeyPair(certPEM, key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cert, err := tls.X509KeyPair(chain, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The chain is the serving certificate, then the CA that signed it.
-	leaf, rest := pem.Decode(chain)
-	ca, _ := pem.Decode(rest)
-	if leaf == nil || ca == nil {
-		t.Fatal("GenerateSelfSignedCertKey returned no CA")
-	}
-	return testCA{certPEM: pem.EncodeToMemory(ca)}, cert
+	return testCA{certPEM: ca}, cert
 }
 
 func restFor(t testing.TB, ca testCA) *rest.Config {

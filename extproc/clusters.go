@@ -9,12 +9,11 @@ import (
 // xds names them (internal/wire): discovery names sets by their members and knows nothing of Envoy.
 // Built once per Topology version, so a decision costs a map lookup, not a hash.
 type clusterNames struct {
-	version string
-	names   map[discovery.SetID]string
+	names map[discovery.SetID]string
 }
 
 func newClusterNames(t *discovery.Topology) *clusterNames {
-	c := &clusterNames{version: t.Version, names: make(map[discovery.SetID]string, len(t.Upstreams)+len(t.Sets))}
+	c := &clusterNames{names: make(map[discovery.SetID]string, len(t.Upstreams)+len(t.Sets))}
 	for _, u := range t.Upstreams {
 		c.names[discovery.NewSetID([]string{u.Name})] = wire.UpstreamCluster(u.Name)
 	}
@@ -33,12 +32,7 @@ func (c *clusterNames) of(set discovery.SetID) string {
 	return wire.SetCluster(set.Members())
 }
 
-// clustersFor returns the cluster names of t, building them on the first request that sees it.
+// clustersFor returns the cluster names of t, built once per Topology version.
 func (s *Server) clustersFor(t *discovery.Topology) *clusterNames {
-	if c := s.clusterNames.Load(); c != nil && c.version == t.Version {
-		return c
-	}
-	c := newClusterNames(t)
-	s.clusterNames.Store(c)
-	return c
+	return s.clusterNames.get(t, newClusterNames)
 }

@@ -99,7 +99,6 @@ type cachedResponse struct {
 
 // frontDiscovery serves one Topology's merged discovery, the way an apiserver serves its own.
 type frontDiscovery struct {
-	version   string
 	api, apis discovery.MergedDiscovery
 	legacy    *metav1.APIGroupList
 	resources map[schema.GroupVersion]*metav1.APIResourceList
@@ -112,7 +111,7 @@ type frontDiscovery struct {
 }
 
 func newFrontDiscovery(t *discovery.Topology) *frontDiscovery {
-	f := &frontDiscovery{version: t.Version, api: t.API, apis: t.APIs, cache: map[cacheKey]*cachedResponse{},
+	f := &frontDiscovery{api: t.API, apis: t.APIs, cache: map[cacheKey]*cachedResponse{},
 		maxBytes: maxCacheBytes, groups: map[string]*metav1.APIGroup{}}
 	var coreRes map[schema.GroupVersion]*metav1.APIResourceList
 	f.legacy, f.resources, _ = clientdiscovery.SplitGroupsAndResources(t.APIs.List)
@@ -127,14 +126,9 @@ func newFrontDiscovery(t *discovery.Topology) *frontDiscovery {
 	return f
 }
 
-// discoveryFor returns the front discovery of t, building it once per Topology version.
+// discoveryFor returns the front discovery of t, built once per Topology version.
 func (s *Server) discoveryFor(t *discovery.Topology) *frontDiscovery {
-	if f := s.frontDiscovery.Load(); f != nil && f.version == t.Version {
-		return f
-	}
-	f := newFrontDiscovery(t)
-	s.frontDiscovery.Store(f)
-	return f
+	return s.frontDiscovery.get(t, newFrontDiscovery)
 }
 
 // serve answers a discovery request from the merged documents, or returns nil to let it pass to an

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -50,8 +49,8 @@ type Server struct {
 	log     *zap.Logger
 	metrics *metrics
 
-	frontDiscovery atomic.Pointer[frontDiscovery]
-	clusterNames   atomic.Pointer[clusterNames]
+	frontDiscovery perTopology[*frontDiscovery]
+	clusterNames   perTopology[*clusterNames]
 	identities     identityCache
 }
 
