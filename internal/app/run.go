@@ -124,12 +124,13 @@ func Start(ctx context.Context, o *Options, lis Listeners, log *zap.Logger) (*Se
 	}
 
 	var creds []grpc.ServerOption
+	var reloader *certs.Reloader
 	if o.GRPCCertFile != "" {
-		r, err := certs.NewReloader(o.GRPCCertFile, o.GRPCKeyFile, o.GRPCClientCAFile)
+		reloader, err = certs.New(certs.Config{CertFile: o.GRPCCertFile, KeyFile: o.GRPCKeyFile, ClientCAFile: o.GRPCClientCAFile, Logger: log, Registry: reg})
 		if err != nil {
 			return nil, nil, fmt.Errorf("gRPC TLS: %w", err)
 		}
-		creds = append(creds, grpc.Creds(credentials.NewTLS(r.ServerConfig())))
+		creds = append(creds, grpc.Creds(credentials.NewTLS(reloader.ServerConfig())))
 	}
 	xg := grpc.NewServer(grpcutil.ServerOptions(10000, 16<<20, creds...)...)
 	xs.Register(xg)
@@ -165,6 +166,9 @@ func Start(ctx context.Context, o *Options, lis Listeners, log *zap.Logger) (*Se
 	run("xds gRPC", func() error { return grpcutil.Serve(ctx, xg, lis.XDS, 5*time.Second) })
 	run("ext_proc gRPC", func() error { return extproc.Serve(ctx, eg, lis.ExtProc, 10*time.Second) })
 	run("http", func() error { return hs.Serve(lis.HTTP) })
+	if reloader != nil {
+		run("certificate reload", func() error { reloader.Run(ctx); return nil })
+	}
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
