@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/internal/app"
@@ -82,5 +85,30 @@ func TestBootstrapCommandWritesSDSFiles(t *testing.T) {
 		if !strings.Contains(string(b), "/etc/skewgate/envoy/sds/"+name) {
 			t.Errorf("the bootstrap does not reference %s:\n%s", name, b)
 		}
+	}
+}
+
+func TestCheckGCPercent(t *testing.T) {
+	for v, ok := range map[int]bool{-1: true, 10: true, 400: true, 1000: true, 0: false, -2: false, 9: false, 1001: false} {
+		err := checkGCPercent(v)
+		if (err == nil) != ok {
+			t.Errorf("--gc-percent=%d: error %v, want ok=%v", v, err, ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), fmt.Sprintf("--gc-percent=%d", v)) {
+			t.Errorf("error %q does not name --gc-percent=%d", err, v)
+		}
+	}
+}
+
+// TestGCPercentIsTheCommands: the flag is the serve command's, not the app package's (library code
+// never changes process-wide settings).
+func TestGCPercentIsTheCommands(t *testing.T) {
+	fs := pflag.NewFlagSet("app", pflag.ContinueOnError)
+	app.NewOptions().AddFlags(fs)
+	if fs.Lookup("gc-percent") != nil {
+		t.Error("internal/app registers --gc-percent")
+	}
+	if f := newServeCommand().Flags().Lookup("gc-percent"); f == nil || f.DefValue != "400" {
+		t.Errorf("serve has no --gc-percent defaulting to 400: %v", f)
 	}
 }

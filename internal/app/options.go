@@ -42,7 +42,6 @@ type Options struct {
 
 	LogFormat, LogLevel string
 	Pprof               bool
-	GCPercent           int
 
 	// Parsed by Complete.
 	static []discovery.StaticUpstream
@@ -63,7 +62,6 @@ func NewOptions() *Options {
 		Grace:              time.Minute,
 		LogFormat:          "json",
 		LogLevel:           "info",
-		GCPercent:          400,
 		Envoy:              xds.Options{ListenAddress: "0.0.0.0", ListenPort: 6443, ExtProcTimeout: 500 * time.Millisecond, HealthCheckInterval: time.Second},
 	}
 }
@@ -108,7 +106,6 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, "json or console")
 	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "debug, info, warn or error")
 	fs.BoolVar(&o.Pprof, "pprof", o.Pprof, "serve /debug/pprof on --http-listen")
-	fs.IntVar(&o.GCPercent, "gc-percent", o.GCPercent, "Go GC target percentage; higher trades memory for ext_proc tail latency (-1 leaves GOGC alone)")
 }
 
 // Complete fills derived values.

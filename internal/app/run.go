@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"runtime/debug"
 	"strings"
 	"time"
 
@@ -94,9 +93,6 @@ func stopped(ctx context.Context, err error) error {
 // delivers nil after ctx ends and every component stopped, or the error of the first component that
 // failed: that ends the others too (see group).
 func Start(ctx context.Context, o *Options, lis Listeners, log *zap.Logger) (_ *Server, _ <-chan error, err error) {
-	if o.GCPercent > 0 {
-		debug.SetGCPercent(o.GCPercent)
-	}
 	g := newGroup(ctx)
 	defer func() {
 		if err != nil {

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -100,10 +101,16 @@ func TestDeadComponentEndsStart(t *testing.T) {
 	}
 }
 
-// TestShutdownIsClean: ending ctx stops every component without an error.
+// TestShutdownIsClean: ending ctx stops every component without an error. Start leaves the
+// process's settings (the GC percent) alone.
 func TestShutdownIsClean(t *testing.T) {
+	before := debug.SetGCPercent(137)
+	defer debug.SetGCPercent(before)
 	ctx, cancel := context.WithCancel(context.Background())
 	_, done, _ := startServer(t, ctx)
+	if now := debug.SetGCPercent(137); now != 137 {
+		t.Errorf("Start set the GC percent to %d", now)
+	}
 	cancel()
 	select {
 	case err := <-done:
