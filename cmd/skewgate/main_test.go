@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -97,6 +98,26 @@ func TestCheckGCPercent(t *testing.T) {
 		if err != nil && !strings.Contains(err.Error(), fmt.Sprintf("--gc-percent=%d", v)) {
 			t.Errorf("error %q does not name --gc-percent=%d", err, v)
 		}
+	}
+}
+
+// TestServeValidatesBeforeStarting: `serve` refuses a bad --gc-percent with the other flag errors,
+// before it changes the process's GC setting or starts anything.
+func TestServeValidatesBeforeStarting(t *testing.T) {
+	before := debug.SetGCPercent(123)
+	defer debug.SetGCPercent(before)
+	cmd := newServeCommand()
+	cmd.SetArgs([]string{"--gc-percent=5000", "--extproc-timeout=0s"})
+	cmd.SetOut(&bytes.Buffer{})
+	cmd.SetErr(&bytes.Buffer{})
+	err := cmd.Execute()
+	for _, want := range []string{"--gc-percent=5000", "--extproc-timeout=0s"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("serve: error %v does not name %s", err, want)
+		}
+	}
+	if now := debug.SetGCPercent(123); now != 123 {
+		t.Errorf("serve changed the GC percent to %d before its flags were valid", now)
 	}
 }
 
