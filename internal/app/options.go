@@ -81,7 +81,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.XDSListen, "xds-listen", o.XDSListen, "xDS (ADS) gRPC listen address, host:port or unix:///path")
 	fs.StringVar(&o.ExtProcListen, "extproc-listen", o.ExtProcListen, "ext_proc gRPC listen address, host:port or unix:///path")
 	fs.StringVar(&o.HTTPListen, "http-listen", o.HTTPListen, "HTTP listen address (host:port) for /healthz, /readyz, /metrics and /topology; loopback by default")
-	fs.StringVar(&o.GRPCCertFile, "grpc-cert-file", o.GRPCCertFile, "serving certificate of the gRPC listeners (mTLS; required off loopback)")
+	fs.StringVar(&o.GRPCCertFile, "grpc-cert-file", o.GRPCCertFile, "serving certificate of the gRPC listeners (mTLS; required off loopback); it and --grpc-client-ca-file are re-read every 10s, a failed reload is logged and counted and the last good one stays")
 	fs.StringVar(&o.GRPCKeyFile, "grpc-key-file", o.GRPCKeyFile, "key of --grpc-cert-file")
 	fs.StringVar(&o.GRPCClientCAFile, "grpc-client-ca-file", o.GRPCClientCAFile, "CA that Envoy's client certificate must chain to")
 	fs.DurationVar(&o.Grace, "cluster-grace", o.Grace, "how long a cluster that left the Topology stays in Envoy; 0 to 24h")
