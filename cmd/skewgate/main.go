@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"syscall"
@@ -48,15 +49,25 @@ so clients never get a wrong 404 while apiservers of different versions run side
 	return root
 }
 
+// defaultGCPercent trades memory for ext_proc tail latency: fewer collections while serving.
+const defaultGCPercent = 400
+
 func newServeCommand() *cobra.Command {
 	o := app.NewOptions()
+	gcPercent := defaultGCPercent
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run discovery, the xDS server and the ext_proc server",
-		Args:  cobra.NoArgs,
+		Long: `Run discovery, the xDS server and the ext_proc server. The process exits non-zero as soon as
+one of them fails, so that its supervisor restarts it.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Complete()
-			if errs := o.Validate(); len(errs) > 0 {
+			errs := o.Validate()
+			if err := checkGCPercent(gcPercent); err != nil {
+				errs = append(errs, err)
+			}
+			if len(errs) > 0 {
 				return errors.Join(errs...)
 			}
 			log, err := app.NewLogger(o.LogFormat, o.LogLevel)
@@ -64,6 +75,10 @@ func newServeCommand() *cobra.Command {
 				return err
 			}
 			defer log.Sync()
+			// Process-wide settings belong to the command, never to the packages it runs.
+			if gcPercent > 0 {
+				debug.SetGCPercent(gcPercent)
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			_, done, err := app.Start(ctx, o, app.Listeners{}, log)
@@ -74,7 +89,18 @@ func newServeCommand() *cobra.Command {
 		},
 	}
 	o.AddFlags(cmd.Flags())
+	cmd.Flags().IntVar(&gcPercent, "gc-percent", gcPercent, "Go GC target percentage, 10 to 1000; higher trades memory for ext_proc tail latency (-1 leaves GOGC alone)")
 	return cmd
+}
+
+// checkGCPercent accepts -1 (GOGC as the environment sets it) or 10 to 1000. Lower values collect
+// almost continuously, any other negative value turns the collector off, and past 1000 the heap may
+// grow to 11 times the live data.
+func checkGCPercent(v int) error {
+	if v == -1 || (v >= 10 && v <= 1000) {
+		return nil
+	}
+	return fmt.Errorf("--gc-percent=%d: want -1 (leave GOGC alone) or 10 to 1000", v)
 }
 
 func newBootstrapCommand() *cobra.Command {

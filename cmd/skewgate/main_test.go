@@ -3,13 +3,17 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/internal/app"
@@ -82,5 +86,50 @@ func TestBootstrapCommandWritesSDSFiles(t *testing.T) {
 		if !strings.Contains(string(b), "/etc/skewgate/envoy/sds/"+name) {
 			t.Errorf("the bootstrap does not reference %s:\n%s", name, b)
 		}
+	}
+}
+
+func TestCheckGCPercent(t *testing.T) {
+	for v, ok := range map[int]bool{-1: true, 10: true, 400: true, 1000: true, 0: false, -2: false, 9: false, 1001: false} {
+		err := checkGCPercent(v)
+		if (err == nil) != ok {
+			t.Errorf("--gc-percent=%d: error %v, want ok=%v", v, err, ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), fmt.Sprintf("--gc-percent=%d", v)) {
+			t.Errorf("error %q does not name --gc-percent=%d", err, v)
+		}
+	}
+}
+
+// TestServeValidatesBeforeStarting: `serve` refuses a bad --gc-percent with the other flag errors,
+// before it changes the process's GC setting or starts anything.
+func TestServeValidatesBeforeStarting(t *testing.T) {
+	before := debug.SetGCPercent(123)
+	defer debug.SetGCPercent(before)
+	cmd := newServeCommand()
+	cmd.SetArgs([]string{"--gc-percent=5000", "--extproc-timeout=0s"})
+	cmd.SetOut(&bytes.Buffer{})
+	cmd.SetErr(&bytes.Buffer{})
+	err := cmd.Execute()
+	for _, want := range []string{"--gc-percent=5000", "--extproc-timeout=0s"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("serve: error %v does not name %s", err, want)
+		}
+	}
+	if now := debug.SetGCPercent(123); now != 123 {
+		t.Errorf("serve changed the GC percent to %d before its flags were valid", now)
+	}
+}
+
+// TestGCPercentIsTheCommands: the flag is the serve command's, not the app package's (library code
+// never changes process-wide settings).
+func TestGCPercentIsTheCommands(t *testing.T) {
+	fs := pflag.NewFlagSet("app", pflag.ContinueOnError)
+	app.NewOptions().AddFlags(fs)
+	if fs.Lookup("gc-percent") != nil {
+		t.Error("internal/app registers --gc-percent")
+	}
+	if f := newServeCommand().Flags().Lookup("gc-percent"); f == nil || f.DefValue != "400" {
+		t.Errorf("serve has no --gc-percent defaulting to 400: %v", f)
 	}
 }

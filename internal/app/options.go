@@ -4,16 +4,12 @@
 package app
 
 import (
-	"errors"
-	"fmt"
-	"net"
 	"net/netip"
 	"time"
 
 	"github.com/spf13/pflag"
 
 	"github.com/skewgate/skewgate/discovery"
-	"github.com/skewgate/skewgate/internal/grpcutil"
 	"github.com/skewgate/skewgate/xds"
 )
 
@@ -42,9 +38,11 @@ type Options struct {
 
 	LogFormat, LogLevel string
 	Pprof               bool
-	GCPercent           int
 
-	// Parsed by Complete.
+	// fromFlags is set by AddFlags: every field then holds a value the operator gave or a default
+	// from NewOptions, and a zero is refused, not replaced.
+	fromFlags bool
+	// Parsed by Validate.
 	static []discovery.StaticUpstream
 	cidrs  []netip.Prefix
 }
@@ -63,34 +61,34 @@ func NewOptions() *Options {
 		Grace:              time.Minute,
 		LogFormat:          "json",
 		LogLevel:           "info",
-		GCPercent:          400,
 		Envoy:              xds.Options{ListenAddress: "0.0.0.0", ListenPort: 6443, ExtProcTimeout: 500 * time.Millisecond, HealthCheckInterval: time.Second},
 	}
 }
 
 // AddFlags registers the flags of `skewgate serve`.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	o.fromFlags = true
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig for reading identity Leases and fetching each apiserver's discovery (empty: in-cluster config)")
 	fs.StringVar(&o.UpstreamCAFile, "upstream-ca-file", o.UpstreamCAFile, "CA that signs the apiservers' serving certificates, verified for kubernetes.default.svc (empty: the kubeconfig's CA)")
 	fs.StringArrayVar(&o.StaticUpstreams, "static-upstream", o.StaticUpstreams, "an apiserver as name=host:port, name being its hostname (repeatable); matched to its identity Lease by hostname")
 	fs.StringArrayVar(&o.AllowedCIDRs, "allowed-cidr", o.AllowedCIDRs, "CIDR that identity Lease addresses may be in (repeatable); other Lease addresses are never routed to")
 	fs.BoolVar(&o.TrustEndpointSlice, "trust-endpointslice", o.TrustEndpointSlice, "accept Lease addresses listed in the default/kubernetes EndpointSlice")
-	fs.DurationVar(&o.StaleAfter, "lease-stale-after", o.StaleAfter, "an identity Lease not renewed for this long means its apiserver is gone")
-	fs.DurationVar(&o.ProbeInterval, "probe-interval", o.ProbeInterval, "how often each apiserver's /readyz is probed")
-	fs.IntVar(&o.MaxUpstreams, "max-upstreams", o.MaxUpstreams, "most upstream apiservers (static ones included); identity Leases past it are refused, logged and counted in skewgate_discovery_ignored_leases")
-	fs.DurationVar(&o.PollInterval, "poll-interval", o.PollInterval, "how often each apiserver's discovery is refetched (CRD and APIService changes refetch at once)")
+	fs.DurationVar(&o.StaleAfter, "lease-stale-after", o.StaleAfter, "an identity Lease not renewed for this long means its apiserver is gone; 20s to 1h (apiservers renew every 10s), and more than --probe-interval")
+	fs.DurationVar(&o.ProbeInterval, "probe-interval", o.ProbeInterval, "how often each apiserver's /readyz is probed; 100ms to 1m")
+	fs.IntVar(&o.MaxUpstreams, "max-upstreams", o.MaxUpstreams, "most upstream apiservers (static ones included), 1 to 1000; identity Leases past it are refused, logged and counted in skewgate_discovery_ignored_leases")
+	fs.DurationVar(&o.PollInterval, "poll-interval", o.PollInterval, "how often each apiserver's discovery is refetched (CRD and APIService changes refetch at once); 1s to 1h")
 
 	fs.StringVar(&o.XDSListen, "xds-listen", o.XDSListen, "xDS (ADS) gRPC listen address, host:port or unix:///path")
 	fs.StringVar(&o.ExtProcListen, "extproc-listen", o.ExtProcListen, "ext_proc gRPC listen address, host:port or unix:///path")
-	fs.StringVar(&o.HTTPListen, "http-listen", o.HTTPListen, "HTTP listen address for /healthz, /readyz, /metrics and /topology")
-	fs.StringVar(&o.GRPCCertFile, "grpc-cert-file", o.GRPCCertFile, "serving certificate of the gRPC listeners (mTLS; required off loopback)")
+	fs.StringVar(&o.HTTPListen, "http-listen", o.HTTPListen, "HTTP listen address (host:port) for /healthz, /readyz, /metrics and /topology; loopback by default")
+	fs.StringVar(&o.GRPCCertFile, "grpc-cert-file", o.GRPCCertFile, "serving certificate of the gRPC listeners (mTLS; required off loopback); it and --grpc-client-ca-file are re-read every 10s, a failed reload is logged and counted and the last good one stays")
 	fs.StringVar(&o.GRPCKeyFile, "grpc-key-file", o.GRPCKeyFile, "key of --grpc-cert-file")
 	fs.StringVar(&o.GRPCClientCAFile, "grpc-client-ca-file", o.GRPCClientCAFile, "CA that Envoy's client certificate must chain to")
-	fs.DurationVar(&o.Grace, "cluster-grace", o.Grace, "how long a cluster that left the Topology stays in Envoy")
+	fs.DurationVar(&o.Grace, "cluster-grace", o.Grace, "how long a cluster that left the Topology stays in Envoy; 0 to 24h")
 
 	e := &o.Envoy
 	fs.StringVar(&e.ListenAddress, "front-address", e.ListenAddress, "IP the Envoy front listens on")
-	fs.Uint32Var(&e.ListenPort, "front-port", e.ListenPort, "port the Envoy front listens on")
+	fs.Uint32Var(&e.ListenPort, "front-port", e.ListenPort, "port the Envoy front listens on, 1 to 65535")
 	fs.StringVar(&e.ServingCertFile, "front-cert-file", e.ServingCertFile, "Envoy: the front's serving certificate (one clients trust for the front's address)")
 	fs.StringVar(&e.ServingKeyFile, "front-key-file", e.ServingKeyFile, "Envoy: key of --front-cert-file")
 	fs.StringVar(&e.ClientCAFile, "front-client-ca-file", e.ClientCAFile, "Envoy: CA verifying client certificates (the apiservers' --client-ca-file); empty: certificates are not requested")
@@ -102,59 +100,21 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&e.ExtProcCertFile, "envoy-extproc-cert-file", e.ExtProcCertFile, "Envoy: client certificate for the ext_proc service")
 	fs.StringVar(&e.ExtProcKeyFile, "envoy-extproc-key-file", e.ExtProcKeyFile, "Envoy: key of --envoy-extproc-cert-file")
 	fs.StringVar(&e.ExtProcSNI, "envoy-extproc-sni", e.ExtProcSNI, "Envoy: server name verified on the ext_proc certificate (default: its host)")
-	fs.DurationVar(&e.ExtProcTimeout, "extproc-timeout", e.ExtProcTimeout, "Envoy: how long it waits for ext_proc before taking the default route")
-	fs.DurationVar(&e.HealthCheckInterval, "health-check-interval", e.HealthCheckInterval, "Envoy: /readyz health check interval per apiserver")
+	fs.DurationVar(&e.ExtProcTimeout, "extproc-timeout", e.ExtProcTimeout, "Envoy: how long it waits for ext_proc before taking the default route; 1ms to 10s")
+	fs.DurationVar(&e.HealthCheckInterval, "health-check-interval", e.HealthCheckInterval, "Envoy: /readyz health check interval per apiserver; 100ms to 1m")
 
 	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, "json or console")
 	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "debug, info, warn or error")
-	fs.BoolVar(&o.Pprof, "pprof", o.Pprof, "serve /debug/pprof on --http-listen")
-	fs.IntVar(&o.GCPercent, "gc-percent", o.GCPercent, "Go GC target percentage; higher trades memory for ext_proc tail latency (-1 leaves GOGC alone)")
+	fs.BoolVar(&o.Pprof, "pprof", o.Pprof, "serve /debug/pprof on --http-listen, which must then be loopback (refused otherwise: profiles expose memory contents)")
 }
 
-// Complete fills derived values.
+// Complete fills derived values. Options built in code (not by AddFlags) get xds defaults for the
+// Envoy fields they left zero; flag values are validated as given.
 func (o *Options) Complete() {
 	if o.Envoy.ExtProcAddress == "" {
 		o.Envoy.ExtProcAddress = o.ExtProcListen
 	}
-	o.Envoy = o.Envoy.WithDefaults()
-}
-
-// Validate reports every problem with the options.
-func (o *Options) Validate() []error {
-	var errs []error
-	o.static = nil
-	for _, s := range o.StaticUpstreams {
-		u, err := discovery.ParseStaticUpstream(s)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("--static-upstream: %w", err))
-			continue
-		}
-		o.static = append(o.static, u)
+	if !o.fromFlags {
+		o.Envoy = o.Envoy.WithDefaults()
 	}
-	if o.MaxUpstreams < 1 {
-		errs = append(errs, fmt.Errorf("--max-upstreams must be at least 1, not %d", o.MaxUpstreams))
-	} else if len(o.static) > o.MaxUpstreams {
-		errs = append(errs, fmt.Errorf("--max-upstreams=%d is less than the %d --static-upstream", o.MaxUpstreams, len(o.static)))
-	}
-	cidrs, err := discovery.ParseCIDRs(o.AllowedCIDRs)
-	if err != nil {
-		errs = append(errs, fmt.Errorf("--allowed-cidr: %w", err))
-	}
-	o.cidrs = cidrs
-	for flag, addr := range map[string]string{"--xds-listen": o.XDSListen, "--extproc-listen": o.ExtProcListen} {
-		errs = append(errs, grpcutil.CheckEndpoint(flag, addr, "--grpc-cert-file, --grpc-key-file and --grpc-client-ca-file", o.GRPCCertFile, o.GRPCKeyFile, o.GRPCClientCAFile)...)
-	}
-	if _, _, err := net.SplitHostPort(o.HTTPListen); err != nil {
-		errs = append(errs, fmt.Errorf("--http-listen: %w", err))
-	}
-	if err := o.Envoy.Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("envoy: %w", err))
-	}
-	if o.LogFormat != "json" && o.LogFormat != "console" {
-		errs = append(errs, fmt.Errorf("--log-format %q: want json or console", o.LogFormat))
-	}
-	if o.Kubeconfig == "" && !inCluster() {
-		errs = append(errs, errors.New("--kubeconfig is required outside a cluster: skewgate reads identity Leases and each apiserver's discovery with it"))
-	}
-	return errs
 }

@@ -2,21 +2,16 @@ package app
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"os"
-	"runtime/debug"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -44,6 +39,8 @@ type Server struct {
 	Registry  *prometheus.Registry
 	// Addresses actually listened on.
 	XDSAddr, ExtProcAddr, HTTPAddr string
+
+	components *group
 }
 
 func inCluster() bool { return os.Getenv("KUBERNETES_SERVICE_HOST") != "" }
@@ -83,11 +80,30 @@ func listen(addr string) (net.Listener, error) {
 	return net.Listen("tcp", addr)
 }
 
-// Start builds everything and starts serving; it returns once listeners are open. Run blocks.
-func Start(ctx context.Context, o *Options, lis Listeners, log *zap.Logger) (*Server, <-chan error, error) {
-	if o.GCPercent > 0 {
-		debug.SetGCPercent(o.GCPercent)
+// stopped drops grpc.ErrServerStopped during shutdown: Serve returns it when the stop came before it
+// started serving, which is no failure.
+func stopped(ctx context.Context, err error) error {
+	if ctx.Err() != nil && errors.Is(err, grpc.ErrServerStopped) {
+		return nil
 	}
+	return err
+}
+
+// Start builds everything and starts serving; it returns once listeners are open. The channel
+// delivers nil after ctx ends and every component stopped, or the error of the first component that
+// failed: that ends the others too (see group).
+func Start(ctx context.Context, o *Options, lis Listeners, log *zap.Logger) (_ *Server, _ <-chan error, err error) {
+	g := newGroup(ctx)
+	defer func() {
+		if err != nil {
+			g.cancel(err)
+			for _, l := range []net.Listener{lis.XDS, lis.ExtProc, lis.HTTP} {
+				if l != nil {
+					l.Close()
+				}
+			}
+		}
+	}()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
@@ -118,18 +134,19 @@ func Start(ctx context.Context, o *Options, lis Listeners, log *zap.Logger) (*Se
 	if err != nil {
 		return nil, nil, err
 	}
-	xs, err := xds.New(ctx, xds.Config{Options: o.Envoy, Source: ctrl, Grace: o.Grace, Logger: log, Registry: reg})
+	xs, err := xds.New(g.ctx, xds.Config{Options: o.Envoy, Source: ctrl, Grace: o.Grace, Logger: log, Registry: reg})
 	if err != nil {
 		return nil, nil, err
 	}
 
 	var creds []grpc.ServerOption
+	var reloader *certs.Reloader
 	if o.GRPCCertFile != "" {
-		r, err := certs.NewReloader(o.GRPCCertFile, o.GRPCKeyFile, o.GRPCClientCAFile)
+		reloader, err = certs.New(certs.Config{CertFile: o.GRPCCertFile, KeyFile: o.GRPCKeyFile, ClientCAFile: o.GRPCClientCAFile, Logger: log, Registry: reg})
 		if err != nil {
 			return nil, nil, fmt.Errorf("gRPC TLS: %w", err)
 		}
-		creds = append(creds, grpc.Creds(credentials.NewTLS(r.ServerConfig())))
+		creds = append(creds, grpc.Creds(credentials.NewTLS(reloader.ServerConfig())))
 	}
 	xg := grpc.NewServer(grpcutil.ServerOptions(10000, 16<<20, creds...)...)
 	xs.Register(xg)
@@ -145,93 +162,36 @@ func Start(ctx context.Context, o *Options, lis Listeners, log *zap.Logger) (*Se
 			}
 		}
 	}
-	srv := &Server{Discovery: ctrl, XDS: xs, Registry: reg,
+	srv := &Server{Discovery: ctrl, XDS: xs, Registry: reg, components: g,
 		XDSAddr: lis.XDS.Addr().String(), ExtProcAddr: lis.ExtProc.Addr().String(), HTTPAddr: lis.HTTP.Addr().String()}
 	hs := &http.Server{Handler: srv.httpHandler(o.Pprof), ReadHeaderTimeout: 10 * time.Second}
 
-	errc := make(chan error, 5)
-	var wg sync.WaitGroup
-	run := func(name string, f func() error) {
-		wg.Add(1)
+	g.run("discovery", ctrl.Run)
+	g.run("xds", xs.Run)
+	g.run("xds gRPC", func(ctx context.Context) error { return stopped(ctx, grpcutil.Serve(ctx, xg, lis.XDS, 5*time.Second)) })
+	g.run("ext_proc gRPC", func(ctx context.Context) error {
+		return stopped(ctx, extproc.Serve(ctx, eg, lis.ExtProc, 10*time.Second))
+	})
+	g.run("http", func(ctx context.Context) error {
 		go func() {
-			defer wg.Done()
-			if err := f(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				errc <- fmt.Errorf("%s: %w", name, err)
-			}
+			<-ctx.Done()
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			hs.Shutdown(sctx)
 		}()
+		return hs.Serve(lis.HTTP)
+	})
+	if reloader != nil {
+		g.run("certificate reload", func(ctx context.Context) error { reloader.Run(ctx); return nil })
 	}
-	run("discovery", func() error { return ctrl.Run(ctx) })
-	run("xds", func() error { return xs.Run(ctx) })
-	run("xds gRPC", func() error { return grpcutil.Serve(ctx, xg, lis.XDS, 5*time.Second) })
-	run("ext_proc gRPC", func() error { return extproc.Serve(ctx, eg, lis.ExtProc, 10*time.Second) })
-	run("http", func() error { return hs.Serve(lis.HTTP) })
-	go func() {
-		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		hs.Shutdown(sctx)
-	}()
 	done := make(chan error, 1)
 	go func() {
-		wg.Wait()
-		close(errc)
-		var errs []error
-		for err := range errc {
-			errs = append(errs, err)
+		err := g.wait()
+		if err != nil {
+			log.Error("a component stopped; shutting down", zap.Error(err))
 		}
-		done <- errors.Join(errs...)
+		done <- err
 	}()
 	log.Info("serving", zap.String("xds", srv.XDSAddr), zap.String("extproc", srv.ExtProcAddr), zap.String("http", srv.HTTPAddr))
 	return srv, done, nil
-}
-
-// Ready reports whether the first Topology is published to the xDS cache.
-func (s *Server) Ready() bool {
-	v, _ := s.XDS.Version()
-	return s.Discovery.Current() != nil && v != ""
-}
-
-// TopologyView is the JSON document /topology serves and `skewgate topology` prints.
-type TopologyView struct {
-	Version   string               `json:"version"`
-	Generated time.Time            `json:"generated"`
-	Snapshot  string               `json:"snapshot"`
-	Upstreams []discovery.Upstream `json:"upstreams"`
-	// Unproven upstreams have no Envoy cluster yet; Ignored Leases are no upstream (with a hint).
-	Unproven []discovery.Upstream       `json:"unproven,omitempty"`
-	Ignored  []discovery.IgnoredLease   `json:"ignored,omitempty"`
-	Sets     []discovery.CapabilitySet  `json:"sets"`
-	Skewed   []discovery.SkewedResource `json:"skewed"`
-}
-
-func (s *Server) httpHandler(withPprof bool) http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !s.Ready() {
-			http.Error(w, "no Topology published yet", http.StatusServiceUnavailable)
-			return
-		}
-		w.Write([]byte("ok\n"))
-	})
-	mux.Handle("/metrics", promhttp.HandlerFor(s.Registry, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/topology", func(w http.ResponseWriter, _ *http.Request) {
-		t := s.Discovery.Current()
-		if t == nil {
-			http.Error(w, "no Topology yet", http.StatusServiceUnavailable)
-			return
-		}
-		snap, _ := s.XDS.Version()
-		w.Header().Set("Content-Type", "application/json")
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		enc.Encode(TopologyView{Version: t.Version, Generated: t.Generated, Snapshot: snap, Upstreams: t.Upstreams,
-			Unproven: t.Unproven, Ignored: t.Ignored, Sets: t.Sets, Skewed: t.Skewed()})
-	})
-	if withPprof {
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	}
-	return mux
 }

@@ -130,7 +130,6 @@ func Start(ctx context.Context, tb *testbed.Testbed, o Options) (*Front, error) 
 	subnet := netip.PrefixFrom(netip.MustParseAddr(servers[0].IP.String()), 24).Masked()
 	opts.AllowedCIDRs = []string{subnet.String()}
 	opts.ProbeInterval = o.ProbeInterval
-	opts.GCPercent = -1
 	opts.Envoy = xds.Options{
 		ListenAddress: ip.String(), ListenPort: Port,
 		ServingCertFile: serving.Cert, ServingKeyFile: serving.Key, ClientCAFile: tb.PKI.CA.Cert,
