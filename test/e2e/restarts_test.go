@@ -1,0 +1,224 @@
+package e2e
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/skewgate/skewgate/test/front"
+	"github.com/skewgate/skewgate/test/testbed"
+)
+
+// restartTrafficOps are what the clients of TestColdStartRestarts ask for: two shared reads and a
+// list of the skewed API, which only new (v1.36) serves.
+var restartTrafficOps = []trafficOp{
+	{name: "list namespaces", path: "/api/v1/namespaces?limit=5", shared: true},
+	{name: "get configmap", path: "/api/v1/namespaces/default/configmaps/coldstart", shared: true},
+	{name: "list " + mapResource, path: "/apis/" + mapGroup + "/v1/" + mapResource + "?limit=5"},
+}
+
+// TestColdStartRestarts restarts the parts of a co-located node while clients use its front: (a)
+// skewgate of node old restarts while its data plane serves: the data plane keeps its last config
+// and ext_proc fails open to the route table, so clients see nothing but 200; (b) the data plane of
+// node old restarts while skewgate runs: clients see refused connections while it is down (counted
+// apart), and 200 again once it serves; (c) node new dies (apiserver SIGKILLed, its skewgate and
+// data plane stopped) while clients use node old's front: every shared read that started after the
+// kill gets 200; the skewed API, served by new only, is reported.
+func TestColdStartRestarts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end test: needs the testbed binaries (make testbed-bins)")
+	}
+	tb := testbed.StartT(t, testbed.Config{})
+	nodes := newNodes(t, tb, "old", "new")
+	old, nw := nodes[0], nodes[1]
+	for _, n := range nodes {
+		startNode(t, n)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// The objects the clients read, written to each apiserver directly.
+	direct := kubernetes.NewForConfigOrDie(tb.RESTConfig(tb.MustApiserver("old").URL(), testbed.AdminByToken))
+	if _, err := direct.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "coldstart"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	directNew := kubernetes.NewForConfigOrDie(tb.RESTConfig(tb.MustApiserver("new").URL(), testbed.AdminByToken))
+	if _, err := directNew.AdmissionregistrationV1().MutatingAdmissionPolicies().Create(ctx, mapObject("coldstart"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	logTopology(t, old)
+	figures := map[string]any{}
+
+	t.Run("skewgate", func(t *testing.T) { figures["restart_skewgate"] = restartSkewgate(ctx, t, tb, old) })
+	t.Run("dataplane", func(t *testing.T) { figures["restart_data_plane"] = restartDataPlane(ctx, t, tb, old) })
+	t.Run("kill node", func(t *testing.T) { figures["kill_node"] = killNode(t, tb, nw, old) })
+	writeResults(t, &env{tb: tb, f: &front.Front{DataPlane: nodesDataPlane()}}, figures)
+}
+
+// logTopology logs the upstreams skewgate of n routes to.
+func logTopology(t *testing.T, n *front.Node) {
+	t.Helper()
+	top := n.Skewgate().Discovery.Current()
+	if top == nil {
+		t.Fatalf("node %s: no Topology", n.Name)
+	}
+	for _, u := range top.Upstreams {
+		t.Logf("node %s routes to %s at %s (%s, from %s, ready %v)", n.Name, u.Name, u.Address, u.Version, u.Source, u.Ready)
+	}
+}
+
+// warm is how long clients run before and after a disruption; away is how long a stopped part
+// stays down before it starts again, as a restarted process or container is.
+const (
+	warm = time.Second
+	away = time.Second
+)
+
+func restartSkewgate(ctx context.Context, t *testing.T, tb *testbed.Testbed, n *front.Node) map[string]any {
+	tr := startTraffic(t, tb, n.URL, 4, restartTrafficOps)
+	time.Sleep(warm) // traffic through ext_proc first
+	down := time.Now()
+	stopErr := n.StopSkewgate()
+	stopped := time.Now()
+	time.Sleep(away)
+	if err := n.StartSkewgate(); err != nil {
+		tr.halt()
+		t.Fatal(err)
+	}
+	started := time.Now()
+	var topology time.Time
+	for topology.IsZero() && ctx.Err() == nil {
+		if n.Skewgate().Ready() {
+			topology = time.Now()
+			break
+		}
+		time.Sleep(10 * time.Millisecond) // polling skewgate's readiness (no event to wait on)
+	}
+	time.Sleep(2 * warm) // and after: the data plane reconnects, ext_proc is back in the path
+	calls := tr.halt()
+	reg := n.Skewgate().Registry
+	decisions, acks := metricSum(t, reg, "skewgate_extproc_decisions_total"), metricSum(t, reg, "skewgate_xds_acks_total")
+	if stopErr != nil {
+		t.Errorf("skewgate ended with %v", stopErr)
+	}
+	if topology.IsZero() {
+		t.Fatal("the restarted skewgate never published a Topology")
+	}
+	all, byOp := count(calls, func(call) bool { return true })
+	during, _ := count(calls, func(c call) bool { return c.start.After(down) && c.start.Before(topology) })
+	t.Logf("skewgate of node %s restarted under traffic (stop %v, start to first Topology %v): %d requests, by outcome%s; while skewgate was away%s",
+		n.Name, stopped.Sub(down).Round(time.Millisecond), topology.Sub(started).Round(time.Millisecond), len(calls), all, during)
+	logFailures(t, "skewgate restart", calls)
+	for k, v := range all {
+		if k != "200" {
+			t.Errorf("skewgate restart: %d requests answered %s, want only 200 (by op: %v)", v, k, byOp)
+		}
+	}
+	if len(calls) == 0 || during["200"] == 0 {
+		t.Errorf("no request succeeded while skewgate was away (%v): the phase proves nothing", during)
+	}
+	// The data plane came back to the restarted skewgate: it ACKed its snapshot, and ext_proc decides
+	// again.
+	if acks == 0 || decisions == 0 {
+		t.Errorf("the restarted skewgate has %v xDS ACKs and %v ext_proc decisions, want both > 0", acks, decisions)
+	}
+	return map[string]any{"restarted_skewgate_xds_acks": acks, "restarted_skewgate_extproc_decisions": decisions, "requests": len(calls), "by_outcome": all, "by_op": byOp, "while_skewgate_away": during,
+		"stop_ms": ms(stopped.Sub(down)), "start_to_first_topology_ms": ms(topology.Sub(started)), "skewgate_away_ms": ms(topology.Sub(down))}
+}
+
+func restartDataPlane(ctx context.Context, t *testing.T, tb *testbed.Testbed, n *front.Node) map[string]any {
+	tr := startTraffic(t, tb, n.URL, 4, restartTrafficOps)
+	time.Sleep(warm)
+	down := time.Now()
+	n.StopDataPlane()
+	stopped := time.Now()
+	time.Sleep(away)
+	seed, err := n.StartDataPlane()
+	if err != nil {
+		tr.halt()
+		t.Fatal(err)
+	}
+	started := time.Now()
+	listenErr := n.WaitDataPlane(ctx)
+	listening := time.Now()
+	time.Sleep(2 * warm)
+	calls := tr.halt()
+	if listenErr != nil {
+		t.Fatal(listenErr)
+	}
+	var firstOK time.Time
+	for _, c := range calls {
+		if c.start.After(started) && c.code == http.StatusOK && (firstOK.IsZero() || c.end.Before(firstOK)) {
+			firstOK = c.end
+		}
+	}
+	all, byOp := count(calls, func(call) bool { return true })
+	after, _ := count(calls, func(c call) bool { return c.start.After(listening) })
+	t.Logf("data plane of node %s restarted while skewgate runs (stop %v, start to listener %v, start to first 200 %v; seed %d): %d requests, by outcome%s; started once it listened again%s",
+		n.Name, stopped.Sub(down).Round(time.Millisecond), listening.Sub(started).Round(time.Millisecond), firstOK.Sub(started).Round(time.Millisecond), seed, len(calls), all, after)
+	logFailures(t, "data plane restart", calls)
+	if firstOK.IsZero() {
+		t.Fatal("no request succeeded after the data plane restarted")
+	}
+	for k, v := range all {
+		switch k {
+		case "200", "connection refused", "transport error":
+		default:
+			t.Errorf("data plane restart: %d requests answered %s; while it is down a client can only be refused (by op: %v)", v, k, byOp)
+		}
+	}
+	for k, v := range after {
+		if k != "200" {
+			t.Errorf("data plane restart: %d requests started after it listened again got %s, want 200", v, k)
+		}
+	}
+	return map[string]any{"requests": len(calls), "by_outcome": all, "by_op": byOp, "started_after_listener": after,
+		"data_plane_seed": strconv.FormatUint(seed, 10), "data_plane_away_ms": ms(started.Sub(down)), "stop_ms": ms(stopped.Sub(down)), "start_to_listener_ms": ms(listening.Sub(started)),
+		"start_to_first_200_ms": ms(firstOK.Sub(started))}
+}
+
+func killNode(t *testing.T, tb *testbed.Testbed, dead, survivor *front.Node) map[string]any {
+	tr := startTraffic(t, tb, survivor.URL, 4, restartTrafficOps)
+	time.Sleep(warm)
+	killed := time.Now()
+	killErr := tb.Kill(dead.Name)
+	exited := time.Now()
+	dead.StopDataPlane()
+	sgErr := dead.StopSkewgate()
+	time.Sleep(3 * warm) // health checks and probes notice; clients keep reading
+	calls := tr.halt()
+	if killErr != nil {
+		t.Fatal(killErr)
+	}
+	if sgErr != nil {
+		t.Errorf("skewgate of node %s ended with %v", dead.Name, sgErr)
+	}
+	all, byOp := count(calls, func(call) bool { return true })
+	inFlight, _ := count(calls, func(c call) bool { return c.op.shared && c.start.Before(exited) && c.end.After(killed) })
+	sharedAfter, _ := count(calls, func(c call) bool { return c.op.shared && !c.start.Before(exited) })
+	_, afterByOp := count(calls, func(c call) bool { return !c.start.Before(exited) })
+	t.Logf("node %s killed (apiserver exited after %v) while clients use node %s's front: %d requests, by outcome%s; shared reads in flight at the kill%s; started after it%s",
+		dead.Name, exited.Sub(killed).Round(time.Millisecond), survivor.Name, len(calls), all, inFlight, sharedAfter)
+	logFailures(t, "kill node", calls)
+	for _, c := range calls {
+		if c.code == http.StatusNotFound {
+			t.Errorf("kill node: wrong 404 on %s at %s: %v", c.op.name, c.end.Format(time.StampMilli), c.err)
+		}
+	}
+	for k, v := range sharedAfter {
+		if k != "200" {
+			t.Errorf("kill node: %d shared reads started after the kill got %s through node %s's front, want 200", v, k, survivor.Name)
+		}
+	}
+	if sharedAfter["200"] == 0 {
+		t.Error("kill node: no shared read after the kill: the phase proves nothing")
+	}
+	mustKubectl(t, survivor.Kubeconfig(testbed.AdminByToken), "get", "ns")
+	return map[string]any{"requests": len(calls), "by_outcome": all, "by_op": byOp, "shared_in_flight_at_kill": inFlight,
+		"shared_started_after_kill": sharedAfter, "started_after_kill_by_op": afterByOp, "kill_to_exit_ms": ms(exited.Sub(killed))}
+}
