@@ -129,7 +129,7 @@ func TestColdStart(t *testing.T) {
 	for _, s := range specs {
 		names = append(names, s.Name)
 	}
-	nodes := newNodes(t, tb, names...)
+	nodes := newNodes(t, tb, false, names...)
 	for _, n := range nodes {
 		startNode(t, n)
 	}

@@ -5,12 +5,14 @@ import (
 	"context"
 	"errors"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/skewgate/skewgate/test/dataplane"
@@ -21,13 +23,14 @@ import (
 // Helpers of the co-located scenarios (coldstart_test.go, restarts_test.go): one node per apiserver,
 // each with its own skewgate and data plane (front.Node).
 
-// newNodes prepares one node per named apiserver; cleanup stops them.
-func newNodes(t *testing.T, tb *testbed.Testbed, names ...string) []*front.Node {
+// newNodes prepares one node per named apiserver (with an informer switch: front.NodeOptions);
+// cleanup stops them.
+func newNodes(t *testing.T, tb *testbed.Testbed, informerSwitch bool, names ...string) []*front.Node {
 	t.Helper()
 	var nodes []*front.Node
 	for i, name := range names {
 		n, err := front.NewNode(tb, front.NodeOptions{Dir: t.TempDir(), Apiserver: name, Host: 10 + i,
-			Logger: zaptest.NewLogger(t).Named("skewgate"), Logf: t.Logf})
+			InformerSwitch: informerSwitch, Logger: zaptest.NewLogger(t).Named("skewgate"), Logf: t.Logf})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -90,8 +93,9 @@ func nodesDataPlane() string {
 // ms is d in milliseconds with a tenth of precision, for results files.
 func ms(d time.Duration) float64 { return float64(d.Microseconds()/100) / 10 }
 
-// metricSum is the sum of every series of the named counter or gauge in reg (0 if it has none).
-func metricSum(t *testing.T, reg *prometheus.Registry, name string) float64 {
+// metricSum is the sum of the series of the named counter or gauge in reg that have a label with
+// the value label (every series when label is ""); 0 if there is none.
+func metricSum(t *testing.T, reg *prometheus.Registry, name, label string) float64 {
 	t.Helper()
 	families, err := reg.Gather()
 	if err != nil {
@@ -103,6 +107,9 @@ func metricSum(t *testing.T, reg *prometheus.Registry, name string) float64 {
 			continue
 		}
 		for _, m := range f.GetMetric() {
+			if label != "" && !slices.ContainsFunc(m.GetLabel(), func(l *dto.LabelPair) bool { return l.GetValue() == label }) {
+				continue
+			}
 			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
 		}
 	}

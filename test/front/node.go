@@ -33,8 +33,13 @@ type NodeOptions struct {
 	Host int
 	// ProbeInterval is skewgate's and the data plane's health check interval [200ms].
 	ProbeInterval time.Duration
-	Logger        *zap.Logger
-	Logf          func(string, ...any)
+	// InformerSwitch puts a Switch (Node.Informers) between skewgate's kubeconfig and the local
+	// apiserver: a test can then hold back the informers (Leases, EndpointSlice, CRDs, APIServices),
+	// and with them skewgate's first Topology, while the data plane is already connected. Discovery
+	// fetches and probes of the static upstream, and the data plane's traffic, do not go through it.
+	InformerSwitch bool
+	Logger         *zap.Logger
+	Logf           func(string, ...any)
 }
 
 // Node is one control-plane node of the co-located deployment: one skewgate and one data plane
@@ -49,6 +54,8 @@ type Node struct {
 	Name         string
 	URL, Address string
 	ServingCert  testbed.CertPair
+	// Informers is set with NodeOptions.InformerSwitch.
+	Informers *Switch
 
 	tb                   *testbed.Testbed
 	o                    NodeOptions
@@ -104,8 +111,16 @@ func NewNode(tb *testbed.Testbed, o NodeOptions) (*Node, error) {
 	if n.ServingCert, err = tb.PKI.IssueServing("front-"+a.Name, ip); err != nil {
 		return nil, err
 	}
+	local := a.URL()
+	if o.InformerSwitch {
+		if n.Informers, err = NewSwitch(a.Address()); err != nil {
+			return nil, err
+		}
+		local = "https://" + n.Informers.Addr
+	}
 	n.informers = filepath.Join(o.Dir, "skewgate.kubeconfig")
-	if err := tb.WriteKubeconfig(n.informers, testbed.AdminByToken, map[string]string{"local": a.URL()}, "local"); err != nil {
+	if err := tb.WriteKubeconfig(n.informers, testbed.AdminByToken, map[string]string{"local": local}, "local"); err != nil {
+		n.Close()
 		return nil, err
 	}
 	return n, nil
@@ -255,8 +270,11 @@ func (n *Node) Kubeconfig(c testbed.Credential) string {
 	return path
 }
 
-// Close stops the data plane and skewgate.
+// Close stops the data plane, skewgate and the informer switch.
 func (n *Node) Close() {
 	n.StopDataPlane()
 	_ = n.StopSkewgate()
+	if n.Informers != nil {
+		n.Informers.Close()
+	}
 }
