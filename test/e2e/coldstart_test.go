@@ -29,12 +29,18 @@ const coldStartMaxDelay = 3 * time.Second
 const (
 	// discoveryInitialTimeout is discovery's InitialTimeout (Config.InitialTimeout, left at its
 	// default by internal/app): skewgate's first Topology waits at most this long after its start for
-	// the informers on its local apiserver and the first fetch of its static upstream. When skewgate
-	// started before its apiserver, the informers' next list after the apiserver came up is up to a
-	// client-go reflector backoff away (0.8 s doubling per failure, jitter up to 2x), so the first
-	// Topology with the local apiserver ready is due at max(skewgate start + 15 s, /readyz), plus a
-	// probe interval.
+	// the informers on its local apiserver (client-go reflectors retry a failed list with a backoff of
+	// 0.8 s doubling, jitter up to 2x) and for its static upstream's first fetch and probe.
 	discoveryInitialTimeout = 15 * time.Second
+	// discoveryRequestTimeout is discovery's RequestTimeout (default): the longest one fetch (version,
+	// /api, /apis) or one probe of the static upstream takes. A request sent to an apiserver that is
+	// still starting can be held for seconds (measured: 2.4-4.4 s between the informers' sync and the
+	// first Topology, spent in the static upstream's first fetch and probe). The first Topology with
+	// the local apiserver ready is therefore due by max(skewgate start + discoveryInitialTimeout,
+	// /readyz + discoveryRequestTimeout), plus a probe interval: until the cap skewgate waits for the
+	// informers and that first fetch and probe; after it, a request in flight at /readyz ends within
+	// discoveryRequestTimeout and the next probe sees the apiserver ready.
+	discoveryRequestTimeout = 5 * time.Second
 	// nodeProbeInterval is skewgate's /readyz probe and the data plane's health check interval
 	// (front.NodeOptions default); the bound allows one of each.
 	nodeProbeInterval = 200 * time.Millisecond
@@ -51,7 +57,8 @@ const (
 
 // bound is the most the node may take from its last part up to the first kubectl success:
 //
-//	max(skewgate start + discoveryInitialTimeout, /readyz) - last part up   (first useful Topology)
+//	max(skewgate start + discoveryInitialTimeout, /readyz + discoveryRequestTimeout) - last part up
+//	                                              (first Topology with the local apiserver ready)
 //	+ reconnect                                   (the data plane started before skewgate)
 //	+ 2 x nodeProbeInterval + publishSlack + watcherSlack
 //	+ how long the successful kubectl run took (process start, discovery through the front, the
@@ -61,7 +68,7 @@ const (
 // after waiting v for skewgate the next attempt is at most 0.9 v + 1.2 s away, plus the data
 // plane's own resubscribe pause. (This term is the stand-in's; Envoy's xDS retry backoff is its own.)
 func (c *coldNode) bound() time.Duration {
-	topology := max(c.skewgateStarted+discoveryInitialTimeout, c.readyz) - c.upAt()
+	topology := max(c.skewgateStarted+discoveryInitialTimeout, c.readyz+discoveryRequestTimeout) - c.upAt()
 	var reconnect time.Duration
 	if v := c.skewgateStarted - c.dataPlaneStarted; v > 0 {
 		reconnect = 9*v/10 + 1200*time.Millisecond + dataPlaneResubscribe
@@ -207,7 +214,7 @@ func TestColdStart(t *testing.T) {
 
 	figures := map[string]any{"seed": strconv.FormatUint(seed, 10), "max_delay_ms": ms(coldStartMaxDelay),
 		"etcd": "kept running (not part of the power loss)", "probe_interval_ms": ms(nodeProbeInterval),
-		"discovery_initial_timeout_ms": ms(discoveryInitialTimeout)}
+		"discovery_initial_timeout_ms": ms(discoveryInitialTimeout), "discovery_request_timeout_ms": ms(discoveryRequestTimeout)}
 	perNode := map[string]any{}
 	for _, r := range recs {
 		perNode[r.name] = r.figures()
