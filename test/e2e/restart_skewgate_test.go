@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -83,6 +84,7 @@ func restartSkewgate(ctx context.Context, t *testing.T, tb *testbed.Testbed, n *
 	logFailures(t, "skewgate restart", calls)
 
 	var bug1, bug2 int
+	bad := violations{phase: "skewgate restart", want: "200"}
 	for _, c := range calls {
 		if c.code == http.StatusOK {
 			continue
@@ -91,12 +93,13 @@ func restartSkewgate(ctx context.Context, t *testing.T, tb *testbed.Testbed, n *
 		switch {
 		case known && c.code == http.StatusNotFound:
 			bug1++
-		case known && c.code == http.StatusServiceUnavailable:
+		case known && c.code == http.StatusServiceUnavailable && c.err != nil && strings.Contains(c.err.Error(), "is being set up"):
 			bug2++
 		default:
-			t.Errorf("skewgate restart: %s at %s got %d (%v), want 200", c.op.name, c.start.Format(time.StampMilli), c.code, c.err)
+			bad.add(c)
 		}
 	}
+	bad.report(t)
 	if knownRestartBugs {
 		t.Logf("KNOWN PRODUCT BUG (knownRestartBugs): %d wrong 404 on the skewed API from unsynced ext_proc decisions, %d 503 from the ACK gate of the restarted skewgate", bug1, bug2)
 		if bug1 == 0 {

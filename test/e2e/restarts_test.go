@@ -135,6 +135,7 @@ func restartDataPlane(ctx context.Context, t *testing.T, tb *testbed.Testbed, n 
 	}
 	var early int
 	var earlyLast time.Duration // the latest start of such a 503 after the listener
+	bad := violations{phase: "data plane restart", want: "200 (or, before it listened again, a transport error)"}
 	for _, c := range calls {
 		switch {
 		case c.code == http.StatusOK:
@@ -144,10 +145,10 @@ func restartDataPlane(ctx context.Context, t *testing.T, tb *testbed.Testbed, n 
 			early++
 			earlyLast = max(earlyLast, c.start.Sub(listening))
 		default:
-			t.Errorf("data plane restart: %s at %s got %d (%v), want 200 (or, before it listened again, a transport error)",
-				c.op.name, c.start.Format(time.StampMilli), c.code, c.err)
+			bad.add(c)
 		}
 	}
+	bad.report(t)
 	if early > 0 {
 		t.Logf("KNOWN STAND-IN DEVIATION (knownStandInEarlyListener): %d requests answered 503 cluster_not_found by a listener that served before its clusters had warmed, the last one started %v after it", early, earlyLast.Round(time.Millisecond))
 	}
@@ -180,11 +181,13 @@ func killNode(t *testing.T, tb *testbed.Testbed, dead, survivor *front.Node) map
 	t.Logf("node %s killed (apiserver exited after %v) while clients use node %s's front: %d requests, by outcome%s; shared reads in flight at the kill%s; started after it%s",
 		dead.Name, exited.Sub(killed).Round(time.Millisecond), survivor.Name, len(calls), all, inFlight, sharedAfter)
 	logFailures(t, "kill node", calls)
+	notFound := violations{phase: "kill node", want: "anything but a wrong 404"}
 	for _, c := range calls {
 		if c.code == http.StatusNotFound {
-			t.Errorf("kill node: wrong 404 on %s at %s: %v", c.op.name, c.end.Format(time.StampMilli), c.err)
+			notFound.add(c)
 		}
 	}
+	notFound.report(t)
 	for k, v := range sharedAfter {
 		if k != "200" {
 			t.Errorf("kill node: %d shared reads started after the kill got %s through node %s's front, want 200", v, k, survivor.Name)

@@ -137,3 +137,25 @@ func logFailures(t *testing.T, phase string, calls []call) {
 		t.Logf("%s: %dx %s", phase, n[k], k)
 	}
 }
+
+// violations collects the calls that break a phase's rule and reports them in one error: how many,
+// by op and outcome, and the first few.
+type violations struct {
+	phase, want string
+	calls       []call
+}
+
+func (v *violations) add(c call) { v.calls = append(v.calls, c) }
+
+func (v *violations) report(t *testing.T) {
+	t.Helper()
+	if len(v.calls) == 0 {
+		return
+	}
+	_, byOp := count(v.calls, func(call) bool { return true })
+	first := ""
+	for _, c := range v.calls[:min(len(v.calls), 5)] {
+		first += fmt.Sprintf("\n  %s %s at %s: %d %v", c.op.name, c.op.path, c.start.Format(time.StampMilli), c.code, c.err)
+	}
+	t.Errorf("%s: %d requests did not get %s (by op %v); the first:%s", v.phase, len(v.calls), v.want, byOp, first)
+}
