@@ -1,0 +1,170 @@
+package install
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/yaml"
+
+	"github.com/skewgate/skewgate/internal/app"
+	"github.com/skewgate/skewgate/xds"
+)
+
+// File is one file the command owns.
+type File struct {
+	Path string
+	Mode os.FileMode
+	Data []byte
+	// Secret files are redacted in dry-run output.
+	Secret bool
+}
+
+// Dir is a directory the command creates (or whose mode it corrects).
+type Dir struct {
+	Path string
+	Mode os.FileMode
+	// Foreign directories (the kubelet's manifests directory) are created when missing but their
+	// mode is never changed.
+	Foreign bool
+}
+
+// Plan is everything Render decided; Apply carries it out.
+type Plan struct {
+	Dirs  []Dir
+	Files []File
+	// Issued is true when the client certificate is new (none, or the existing one is not good).
+	Issued bool
+}
+
+const header = "# Rendered by `skewgate kubeadm install`; edits are overwritten when it runs again.\n"
+
+// RBACFile is the name, in ConfigDir, of the RBAC to apply with an admin credential.
+const RBACFile = "rbac.yaml"
+
+// Render validates o (after WithDefaults), reads the node's PKI and the existing client certificate,
+// and returns the plan. It writes nothing.
+func Render(o Options) (*Plan, error) {
+	o = o.WithDefaults()
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	if err := checkServeArgs(o.ServeArgs()); err != nil {
+		return nil, err
+	}
+	p := o.paths()
+	if err := requireFiles(p.caFile, p.servingCert, p.servingKey, p.frontProxyCert, p.frontProxyKey); err != nil {
+		return nil, err
+	}
+	ca, err := readCA(o.PKIDir)
+	if err != nil {
+		return nil, err
+	}
+	certPEM, keyPEM, issued, err := ca.clientCert(p.certFile, p.keyFile, o.Now())
+	if err != nil {
+		return nil, err
+	}
+	kc, err := kubeconfig("https://"+o.APIServerEndpoint, p.caFile, p.certFile, p.keyFile)
+	if err != nil {
+		return nil, err
+	}
+	bo := xds.BootstrapOptions{NodeID: o.NodeName, NodeCluster: "skewgate-front", XDSAddress: p.xdsSocket, Delta: true,
+		SDSDir: filepath.Join(p.envoyDir, "sds")}
+	b, err := xds.Bootstrap(bo)
+	if err != nil {
+		return nil, fmt.Errorf("envoy bootstrap: %w", err)
+	}
+	by, err := xds.BootstrapYAML(b)
+	if err != nil {
+		return nil, err
+	}
+	sds, err := xds.BootstrapSDSFiles(bo) // none: the socket needs no mTLS
+	if err != nil {
+		return nil, err
+	}
+	rbac, err := objectsYAML(RBAC()...)
+	if err != nil {
+		return nil, err
+	}
+	sg, err := objectsYAML(o.skewgatePod(certPEM))
+	if err != nil {
+		return nil, err
+	}
+	envoy, err := objectsYAML(o.envoyPod())
+	if err != nil {
+		return nil, err
+	}
+	plan := &Plan{Issued: issued, Dirs: []Dir{
+		{Path: o.ConfigDir, Mode: 0o755}, {Path: filepath.Dir(p.certFile), Mode: 0o700}, {Path: p.envoyDir, Mode: 0o755},
+		{Path: o.SocketDir, Mode: 0o700}, {Path: o.ManifestsDir, Mode: 0o700, Foreign: true},
+	}}
+	plan.Files = []File{
+		{Path: p.certFile, Mode: 0o644, Data: certPEM},
+		{Path: p.keyFile, Mode: 0o600, Data: keyPEM, Secret: true},
+		{Path: p.kubeconfig, Mode: 0o600, Data: kc},
+		{Path: p.bootstrap, Mode: 0o644, Data: append([]byte(header), by...)},
+	}
+	for _, name := range slices.Sorted(maps.Keys(sds)) {
+		plan.Files = append(plan.Files, File{Path: filepath.Join(bo.SDSDir, name), Mode: 0o644, Data: sds[name]})
+	}
+	plan.Files = append(plan.Files,
+		File{Path: filepath.Join(o.ConfigDir, RBACFile), Mode: 0o644, Data: rbac},
+		// Envoy last: when the kubelet starts it, its bootstrap is in place.
+		File{Path: filepath.Join(o.ManifestsDir, "skewgate.yaml"), Mode: 0o600, Data: sg},
+		File{Path: filepath.Join(o.ManifestsDir, "skewgate-envoy.yaml"), Mode: 0o600, Data: envoy},
+	)
+	return plan, nil
+}
+
+// checkServeArgs parses args with serve's own flags and validation, so the pod never runs with a
+// flag serve does not know or refuses.
+func checkServeArgs(args []string) error {
+	so := app.NewOptions()
+	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+	so.AddFlags(fs)
+	if err := fs.Parse(args[1:]); err != nil {
+		return fmt.Errorf("skewgate serve arguments: %w", err)
+	}
+	so.Complete()
+	if errs := so.Validate(); len(errs) > 0 {
+		return fmt.Errorf("skewgate serve arguments: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// objectsYAML renders objects as YAML documents, without the empty status and creation timestamp
+// the API types carry.
+func objectsYAML(objs ...runtime.Object) ([]byte, error) {
+	var out bytes.Buffer
+	out.WriteString(header)
+	for i, obj := range objs {
+		j, err := json.Marshal(obj)
+		if err != nil {
+			return nil, err
+		}
+		var m map[string]any
+		if err := json.Unmarshal(j, &m); err != nil {
+			return nil, err
+		}
+		delete(m, "status")
+		if meta, ok := m["metadata"].(map[string]any); ok {
+			delete(meta, "creationTimestamp")
+		}
+		y, err := yaml.Marshal(m)
+		if err != nil {
+			return nil, err
+		}
+		if i > 0 {
+			out.WriteString("---\n")
+		}
+		out.Write(y)
+	}
+	return out.Bytes(), nil
+}
