@@ -1,0 +1,117 @@
+package main
+
+import (
+	"bytes"
+	"crypto/rand"
+	"crypto/rsa"
+	"encoding/pem"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	certutil "k8s.io/client-go/util/cert"
+	"k8s.io/client-go/util/keyutil"
+)
+
+// kubeadmNode is a temp dir with a kubeadm PKI (CA made with client-go's certutil) and the flags that
+// point the command at it.
+func kubeadmNode(t *testing.T) (root string, flags []string) {
+	t.Helper()
+	root = t.TempDir()
+	pki := filepath.Join(root, "pki")
+	if err := os.MkdirAll(pki, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := certutil.NewSelfSignedCACert(certutil.Config{CommonName: "kubernetes"}, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyPEM, _ := keyutil.MarshalPrivateKeyToPEM(key)
+	files := map[string][]byte{"ca.crt": pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Raw}), "ca.key": keyPEM}
+	for _, f := range []string{"apiserver.crt", "apiserver.key", "front-proxy-client.crt", "front-proxy-client.key"} {
+		files[f] = []byte("x")
+	}
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(pki, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root, []string{"install", "--pki-dir", pki, "--manifests-dir", filepath.Join(root, "manifests"),
+		"--config-dir", filepath.Join(root, "skewgate"), "--socket-dir", filepath.Join(root, "sockets"),
+		"--node-name", "cp-1", "--apiserver-endpoint", "10.0.0.11:6443"}
+}
+
+func runKubeadm(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	var out bytes.Buffer
+	cmd := newKubeadmCommand(&out)
+	cmd.SetArgs(args)
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	err := cmd.Execute()
+	return out.String(), err
+}
+
+func entries(t *testing.T, root string) int {
+	t.Helper()
+	n := 0
+	filepath.Walk(root, func(string, os.FileInfo, error) error { n++; return nil })
+	return n
+}
+
+func TestKubeadmInstallCommand(t *testing.T) {
+	root, flags := kubeadmNode(t)
+	before := entries(t, root)
+	out, err := runKubeadm(t, append(flags, "--dry-run")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := entries(t, root); n != before {
+		t.Errorf("--dry-run wrote %d paths", n-before)
+	}
+	for _, want := range []string{"# would create " + filepath.Join(root, "manifests", "skewgate-envoy.yaml"),
+		"--static-upstream=cp-1=10.0.0.11:6443", "(redacted)", `would issue a client certificate for user "skewgate"`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("--dry-run output lacks %q", want)
+		}
+	}
+
+	out, err = runKubeadm(t, flags...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "create "+filepath.Join(root, "skewgate", "pki", "skewgate.key")) || !strings.Contains(out, "apply -f "+filepath.Join(root, "skewgate", "rbac.yaml")) {
+		t.Errorf("install output:\n%s", out)
+	}
+	out, err = runKubeadm(t, flags...)
+	if err != nil || !strings.Contains(out, "nothing to do") {
+		t.Errorf("second run: %v\n%s", err, out)
+	}
+}
+
+func TestKubeadmInstallBadInput(t *testing.T) {
+	root, flags := kubeadmNode(t)
+	before := entries(t, root)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--front-port", "6443"}, "--front-port 6443 is the apiserver's own port"},
+		{[]string{"--apiserver-endpoint", "cp-1.example:6443"}, `--apiserver-endpoint "cp-1.example:6443"`},
+		{[]string{"--pki-dir", filepath.Join(root, "nope")}, "--pki-dir"},
+		{[]string{"--allowed-cidr", "10.0.0.0/99"}, "--allowed-cidr"},
+	} {
+		_, err := runKubeadm(t, append(append([]string{}, flags...), tc.args...)...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: error %v, want %q", tc.args, err, tc.want)
+		}
+	}
+	if n := entries(t, root); n != before {
+		t.Errorf("refused runs wrote %d paths", n-before)
+	}
+}
