@@ -119,7 +119,9 @@ func (c *ca) existing(certFile, keyFile string, now time.Time) (certPEM, keyPEM 
 		cert.CheckSignatureFrom(c.cert) == nil &&
 		cert.Subject.CommonName == User && len(cert.Subject.Organization) == 0 &&
 		len(cert.ExtKeyUsage) == 1 && cert.ExtKeyUsage[0] == x509.ExtKeyUsageClientAuth &&
-		!now.Before(cert.NotBefore) && now.Add(renewBefore).Before(cert.NotAfter)
+		!now.Before(cert.NotBefore) && now.Before(cert.NotAfter) &&
+		// Renew late in life, unless the CA itself ends sooner: a new one could not last longer.
+		(now.Add(renewBefore).Before(cert.NotAfter) || !cert.NotAfter.Before(c.cert.NotAfter))
 	return certPEM, keyPEM, good
 }
 
