@@ -84,7 +84,11 @@ same flags changes nothing; a client certificate that is still good is kept.`,
 	fs.IntVar(&o.FrontPort, "front-port", install.DefaultFrontPort, "port Envoy serves the front on (not the apiserver's)")
 	fs.StringVar(&o.HTTPListen, "http-listen", install.DefaultHTTPListen, "skewgate's loopback address for /healthz, /readyz, /metrics")
 	fs.StringArrayVar(&o.AllowedCIDRs, "allowed-cidr", nil, "passed to skewgate serve --allowed-cidr (repeatable)")
-	fs.StringVar(&o.SkewgateImage, "skewgate-image", install.DefaultSkewgateImage, "skewgate's container image")
+	defaultImage := install.SkewgateImage(version)
+	if version == "dev" {
+		defaultImage = "" // a development build does not know its release: the flag is required
+	}
+	fs.StringVar(&o.SkewgateImage, "skewgate-image", defaultImage, "skewgate's container image (default: this binary's release)")
 	fs.StringVar(&o.EnvoyImage, "envoy-image", install.DefaultEnvoyImage, "Envoy's container image (a supported release)")
 	fs.BoolVar(&dryRun, "dry-run", false, "print what would be written (keys redacted) and write nothing")
 	return cmd

@@ -43,7 +43,7 @@ func kubeadmNode(t *testing.T) (root string, flags []string) {
 	}
 	return root, []string{"install", "--pki-dir", pki, "--manifests-dir", filepath.Join(root, "manifests"),
 		"--config-dir", filepath.Join(root, "skewgate"), "--socket-dir", filepath.Join(root, "sockets"),
-		"--node-name", "cp-1", "--apiserver-endpoint", "10.0.0.11:6443"}
+		"--node-name", "cp-1", "--apiserver-endpoint", "10.0.0.11:6443", "--skewgate-image", "registry.example/skewgate:v1"}
 }
 
 func runKubeadm(t *testing.T, args ...string) (string, error) {
@@ -105,6 +105,7 @@ func TestKubeadmInstallBadInput(t *testing.T) {
 		{[]string{"--apiserver-endpoint", "cp-1.example:6443"}, `--apiserver-endpoint "cp-1.example:6443"`},
 		{[]string{"--pki-dir", filepath.Join(root, "nope")}, "--pki-dir"},
 		{[]string{"--allowed-cidr", "10.0.0.0/99"}, "--allowed-cidr"},
+		{[]string{"--skewgate-image", ""}, "--skewgate-image is required"},
 	} {
 		_, err := runKubeadm(t, append(append([]string{}, flags...), tc.args...)...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -40,7 +40,8 @@ type Options struct {
 	HTTPListen string
 	// AllowedCIDRs are passed to skewgate serve --allowed-cidr.
 	AllowedCIDRs []string
-	// SkewgateImage and EnvoyImage are the container images.
+	// SkewgateImage is skewgate's container image, required: the command's own release
+	// (SkewgateImage(version)) unless told otherwise. EnvoyImage defaults to DefaultEnvoyImage.
 	SkewgateImage, EnvoyImage string
 	// Now is the clock for certificate validity [time.Now].
 	Now func() time.Time
@@ -48,17 +49,22 @@ type Options struct {
 
 // Defaults for Options.
 const (
-	DefaultPKIDir        = "/etc/kubernetes/pki"
-	DefaultManifestsDir  = "/etc/kubernetes/manifests"
-	DefaultConfigDir     = "/etc/skewgate"
-	DefaultSocketDir     = "/var/lib/skewgate"
-	DefaultFrontPort     = 16443
-	DefaultHTTPListen    = "127.0.0.1:18080"
-	DefaultEnvoyImage    = "envoyproxy/envoy:v1.40.0"
-	DefaultSkewgateImage = "ghcr.io/skewgate/skewgate:latest"
+	DefaultPKIDir       = "/etc/kubernetes/pki"
+	DefaultManifestsDir = "/etc/kubernetes/manifests"
+	DefaultConfigDir    = "/etc/skewgate"
+	DefaultSocketDir    = "/var/lib/skewgate"
+	DefaultFrontPort    = 16443
+	DefaultHTTPListen   = "127.0.0.1:18080"
+	DefaultEnvoyImage   = "envoyproxy/envoy:v1.40.0"
+	// SkewgateRepository is where `make image` pushes, tagged with the release.
+	SkewgateRepository = "ghcr.io/skewgate/skewgate"
 )
 
-// WithDefaults fills unset fields, except NodeName and APIServerEndpoint (see DetectNode).
+// SkewgateImage is the image of skewgate release version.
+func SkewgateImage(version string) string { return SkewgateRepository + ":" + version }
+
+// WithDefaults fills unset fields, except NodeName and APIServerEndpoint (see DetectNode) and
+// SkewgateImage.
 func (o Options) WithDefaults() Options {
 	def := func(v *string, d string) {
 		if *v == "" {
@@ -71,7 +77,6 @@ func (o Options) WithDefaults() Options {
 	def(&o.SocketDir, DefaultSocketDir)
 	def(&o.HTTPListen, DefaultHTTPListen)
 	def(&o.EnvoyImage, DefaultEnvoyImage)
-	def(&o.SkewgateImage, DefaultSkewgateImage)
 	if o.FrontPort == 0 {
 		o.FrontPort = DefaultFrontPort
 	}
@@ -109,7 +114,9 @@ func (o Options) Validate() error {
 		errs = append(errs, fmt.Errorf("--http-listen %q: want a loopback ip:port (metrics and the Topology stay on the node)", o.HTTPListen))
 	}
 	for flag, img := range map[string]string{"--skewgate-image": o.SkewgateImage, "--envoy-image": o.EnvoyImage} {
-		if img == "" || strings.ContainsAny(img, " \t\n") {
+		if img == "" {
+			errs = append(errs, fmt.Errorf("%s is required", flag))
+		} else if strings.ContainsAny(img, " \t\n") {
 			errs = append(errs, fmt.Errorf("%s %q: want an image reference", flag, img))
 		}
 	}

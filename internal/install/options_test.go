@@ -26,6 +26,7 @@ func TestValidateNamesTheFlag(t *testing.T) {
 		{func(o *Options) { o.SocketDir = "/" + strings.Repeat("s", 100) }, "too long for a unix socket"},
 		{func(o *Options) { o.HTTPListen = "0.0.0.0:18080" }, "--http-listen"},
 		{func(o *Options) { o.EnvoyImage = "envoy proxy" }, "--envoy-image"},
+		{func(o *Options) { o.SkewgateImage = "" }, "--skewgate-image is required"},
 		{func(o *Options) { o.AllowedCIDRs = []string{"10.0.0.0/33"} }, "--allowed-cidr"},
 	} {
 		n := newNode(t)
@@ -116,7 +117,7 @@ spec:
 
 // The manifests at the default paths, for the reader: testdata/default-*.golden.
 func TestDefaultPathsGolden(t *testing.T) {
-	o := Options{NodeName: "cp-1", APIServerEndpoint: "10.0.0.11:6443"}.WithDefaults()
+	o := Options{NodeName: "cp-1", APIServerEndpoint: "10.0.0.11:6443", SkewgateImage: SkewgateImage("v0.9.0")}.WithDefaults()
 	if err := o.Validate(); err != nil {
 		t.Fatal(err)
 	}

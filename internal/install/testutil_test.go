@@ -64,7 +64,7 @@ func (n *node) options() Options {
 		NodeName: "cp-1", APIServerEndpoint: "10.0.0.11:6443",
 		PKIDir: filepath.Join(n.root, "pki"), ManifestsDir: filepath.Join(n.root, "manifests"),
 		ConfigDir: filepath.Join(n.root, "skewgate"), SocketDir: filepath.Join(n.root, "sockets"),
-		Now: func() time.Time { return testNow },
+		SkewgateImage: SkewgateImage("v0.9.0"), Now: func() time.Time { return testNow },
 	}
 }
 

@@ -56,6 +56,7 @@ func installOn(t *testing.T, tb *testbed.Testbed, a testbed.Apiserver, allowedCI
 	o := kubeadm.Options{
 		NodeName: a.Name, PKIDir: filepath.Join(root, "pki"), ManifestsDir: filepath.Join(root, "manifests"),
 		ConfigDir: filepath.Join(root, "skewgate"), SocketDir: filepath.Join(root, "sockets"), AllowedCIDRs: allowedCIDRs,
+		SkewgateImage: kubeadm.SkewgateImage("v0.9.0"),
 	}.WithDefaults()
 	o, err := o.DetectNode()
 	if err != nil {
