@@ -28,15 +28,17 @@ func newKubeadmInstallCommand(w io.Writer) *cobra.Command {
 		Short: "Render skewgate's and Envoy's static pods, Envoy's bootstrap, skewgate's credential and RBAC on this node",
 		Long: `Run on each kubeadm control-plane node, as root. It writes:
 
-  <manifests-dir>/skewgate.yaml, skewgate-envoy.yaml   two static pods, host network, system-node-critical
-  <config-dir>/envoy/bootstrap.yaml                    Envoy reaches its own skewgate over <socket-dir>/xds.sock
-  <config-dir>/kubeconfig, pki/skewgate.{crt,key}      user "skewgate", issued from <pki-dir>/ca.{crt,key}
-  <config-dir>/rbac.yaml                               apply once per cluster: kubectl apply -f
+  <manifests-dir>/skewgate.yaml, skewgate-envoy.yaml  two static pods, host network, system-node-critical
+  <config-dir>/skewgate/  kubeconfig, skewgate.{crt,key} (user "skewgate", issued from <pki-dir>/ca.{crt,key}), ca.crt
+  <config-dir>/envoy/     bootstrap.yaml, and copies of <pki-dir>/{ca.crt,apiserver.*,front-proxy-client.*}
+  <config-dir>/rbac.yaml  apply once per cluster: kubectl apply -f
+  <socket-dir>/           xds.sock and extproc.sock, between the two pods
 
 skewgate reads Leases and discovery from the local apiserver (--apiserver-endpoint, by default the
 advertise address in <manifests-dir>/kube-apiserver.yaml), which is also its static upstream. Envoy
-serves the front on --front-port with the node's apiserver certificate. Running it again with the
-same flags changes nothing; a client certificate that is still good is kept.`,
+serves the front on --front-port with the node's apiserver certificate. Each pod sees only its own
+directory. Running it again with the same inputs changes nothing; a client certificate that is still
+good is kept. After kubeadm renews the node's certificates, run it again: Envoy reloads the copies.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o = o.WithDefaults()

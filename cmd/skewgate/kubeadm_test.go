@@ -2,8 +2,9 @@ package main
 
 import (
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/rsa"
 	"encoding/pem"
 	"os"
 	"path/filepath"
@@ -14,7 +15,7 @@ import (
 	"k8s.io/client-go/util/keyutil"
 )
 
-// kubeadmNode is a temp dir with a kubeadm PKI (CA made with client-go's certutil) and the flags that
+// kubeadmNode is a temp dir with a kubeadm PKI (made with client-go's certutil) and the flags that
 // point the command at it.
 func kubeadmNode(t *testing.T) (root string, flags []string) {
 	t.Helper()
@@ -23,18 +24,18 @@ func kubeadmNode(t *testing.T) (root string, flags []string) {
 	if err := os.MkdirAll(pki, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	key, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := certutil.NewSelfSignedCACert(certutil.Config{CommonName: "kubernetes"}, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyPEM, _ := keyutil.MarshalPrivateKeyToPEM(key)
-	files := map[string][]byte{"ca.crt": pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.Raw}), "ca.key": keyPEM}
-	for _, f := range []string{"apiserver.crt", "apiserver.key", "front-proxy-client.crt", "front-proxy-client.key"} {
-		files[f] = []byte("x")
+	files := map[string][]byte{}
+	for _, name := range []string{"ca", "apiserver", "front-proxy-client"} {
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		crt, err := certutil.NewSelfSignedCACert(certutil.Config{CommonName: name}, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[name+".crt"] = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: crt.Raw})
+		files[name+".key"], _ = keyutil.MarshalPrivateKeyToPEM(key)
 	}
 	for name, b := range files {
 		if err := os.WriteFile(filepath.Join(pki, name), b, 0o600); err != nil {
@@ -85,7 +86,7 @@ func TestKubeadmInstallCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(out, "create "+filepath.Join(root, "skewgate", "pki", "skewgate.key")) || !strings.Contains(out, "apply -f "+filepath.Join(root, "skewgate", "rbac.yaml")) {
+	if !strings.Contains(out, "create "+filepath.Join(root, "skewgate", "skewgate", "skewgate.key")) || !strings.Contains(out, "apply -f "+filepath.Join(root, "skewgate", "rbac.yaml")) {
 		t.Errorf("install output:\n%s", out)
 	}
 	out, err = runKubeadm(t, flags...)

@@ -51,6 +51,10 @@ func TestRenderRefusesANodeWithoutItsPKI(t *testing.T) {
 	}{
 		{"no CA key", func(t *testing.T, pki string) { os.Remove(filepath.Join(pki, "ca.key")) }, "cluster CA key"},
 		{"no serving certificate", func(t *testing.T, pki string) { os.Remove(filepath.Join(pki, "apiserver.crt")) }, "apiserver.crt"},
+		{"key mismatch", func(t *testing.T, pki string) {
+			b, _ := os.ReadFile(filepath.Join(pki, "front-proxy-client.key"))
+			write(t, filepath.Join(pki, "apiserver.key"), b, 0o600)
+		}, "apiserver.crt and apiserver.key"},
 		{"CA key of another CA", func(t *testing.T, pki string) {
 			other := newNode(t)
 			b, _ := os.ReadFile(filepath.Join(other.root, "pki", "ca.key"))

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -137,16 +138,33 @@ func kubeconfig(server, caFile, certFile, keyFile string) ([]byte, error) {
 	return clientcmd.Write(*cfg)
 }
 
-// requireFiles reports the node files the pods need that are missing: it is not a kubeadm
-// control-plane node, or --pki-dir is wrong.
-func requireFiles(paths ...string) error {
+// nodeFiles are the kubeadm files Envoy serves with, read from the node's PKI directory.
+type nodeFiles struct {
+	ca, servingCert, servingKey, proxyCert, proxyKey []byte
+}
+
+// readNodeFiles reads them and checks that each key belongs to its certificate: a node without them
+// is not a kubeadm control-plane node, or --pki-dir is wrong.
+func readNodeFiles(pkiDir string) (*nodeFiles, error) {
 	var errs []error
-	for _, p := range paths {
-		if _, err := os.Stat(p); err != nil {
+	read := func(name string) []byte {
+		b, err := os.ReadFile(filepath.Join(pkiDir, name))
+		if err != nil {
 			errs = append(errs, fmt.Errorf("--pki-dir: %w", err))
 		}
+		return b
 	}
-	return errors.Join(errs...)
+	n := &nodeFiles{ca: read("ca.crt"), servingCert: read("apiserver.crt"), servingKey: read("apiserver.key"),
+		proxyCert: read("front-proxy-client.crt"), proxyKey: read("front-proxy-client.key")}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	for name, pair := range map[string][2][]byte{"apiserver": {n.servingCert, n.servingKey}, "front-proxy-client": {n.proxyCert, n.proxyKey}} {
+		if _, err := tls.X509KeyPair(pair[0], pair[1]); err != nil {
+			errs = append(errs, fmt.Errorf("--pki-dir: %s.crt and %s.key: %w", name, name, err))
+		}
+	}
+	return n, errors.Join(errs...)
 }
 
 // redact replaces the body of every PEM private key in b.

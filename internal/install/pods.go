@@ -22,26 +22,25 @@ const nodeCriticalPriority int32 = 2000001000
 const certHashAnnotation = "skewgate/client-certificate-sha256"
 
 // paths are where everything lives on the node (and, mounted at the same path, in the containers).
+// Each pod mounts one directory of its own and the socket directory: skewgate sees its credential
+// and the CA certificate, Envoy its bootstrap and copies of the four node files it serves with, and
+// neither sees the other's keys or the node's PKI directory (the CA keys, the service-account key).
 type paths struct {
-	kubeconfig, certFile, keyFile, caFile, bootstrap, envoyDir, xdsSocket, extprocSocket string
-	servingCert, servingKey, frontProxyCert, frontProxyKey                               string
+	skewgateDir, kubeconfig, certFile, keyFile, skewgateCA                     string
+	envoyDir, bootstrap, envoyCA, servingCert, servingKey, proxyCert, proxyKey string
+	xdsSocket, extprocSocket                                                   string
 }
 
 func (o Options) paths() paths {
-	pki := func(f string) string { return filepath.Join(o.PKIDir, f) }
+	sg := func(f string) string { return filepath.Join(o.ConfigDir, "skewgate", f) }
+	envoy := func(f string) string { return filepath.Join(o.ConfigDir, "envoy", f) }
 	return paths{
-		kubeconfig:     filepath.Join(o.ConfigDir, "kubeconfig"),
-		certFile:       filepath.Join(o.ConfigDir, "pki", "skewgate.crt"),
-		keyFile:        filepath.Join(o.ConfigDir, "pki", "skewgate.key"),
-		caFile:         pki("ca.crt"),
-		envoyDir:       filepath.Join(o.ConfigDir, "envoy"),
-		bootstrap:      filepath.Join(o.ConfigDir, "envoy", "bootstrap.yaml"),
-		xdsSocket:      "unix://" + filepath.Join(o.SocketDir, "xds.sock"),
-		extprocSocket:  "unix://" + filepath.Join(o.SocketDir, "extproc.sock"),
-		servingCert:    pki("apiserver.crt"),
-		servingKey:     pki("apiserver.key"),
-		frontProxyCert: pki("front-proxy-client.crt"),
-		frontProxyKey:  pki("front-proxy-client.key"),
+		skewgateDir: sg(""), kubeconfig: sg("kubeconfig"), certFile: sg("skewgate.crt"), keyFile: sg("skewgate.key"), skewgateCA: sg("ca.crt"),
+		envoyDir: envoy(""), bootstrap: envoy("bootstrap.yaml"), envoyCA: envoy("ca.crt"),
+		servingCert: envoy("apiserver.crt"), servingKey: envoy("apiserver.key"),
+		proxyCert: envoy("front-proxy-client.crt"), proxyKey: envoy("front-proxy-client.key"),
+		xdsSocket:     "unix://" + filepath.Join(o.SocketDir, "xds.sock"),
+		extprocSocket: "unix://" + filepath.Join(o.SocketDir, "extproc.sock"),
 	}
 }
 
@@ -63,10 +62,10 @@ func (o Options) ServeArgs() []string {
 		"--front-port="+strconv.Itoa(o.FrontPort),
 		"--front-cert-file="+p.servingCert,
 		"--front-key-file="+p.servingKey,
-		"--front-client-ca-file="+p.caFile,
-		"--envoy-upstream-ca-file="+p.caFile,
-		"--front-proxy-cert-file="+p.frontProxyCert,
-		"--front-proxy-key-file="+p.frontProxyKey,
+		"--front-client-ca-file="+p.envoyCA,
+		"--envoy-upstream-ca-file="+p.envoyCA,
+		"--front-proxy-cert-file="+p.proxyCert,
+		"--front-proxy-key-file="+p.proxyKey,
 	)
 }
 
@@ -125,9 +124,8 @@ func httpProbe(path, hostPort string, period, failures int32) *corev1.Probe {
 	}
 }
 
-// skewgatePod runs `skewgate serve` against the local apiserver. It sees its own configuration
-// directory, the cluster CA certificate (not the CA's key, nor any other key of the node) and the
-// socket directory.
+// skewgatePod runs `skewgate serve` against the local apiserver. It sees its own directory (its
+// credential and the CA certificate) and the socket directory.
 func (o Options) skewgatePod(clientCertPEM []byte) *corev1.Pod {
 	p := o.paths()
 	sum := sha256.Sum256(clientCertPEM)
@@ -138,22 +136,19 @@ func (o Options) skewgatePod(clientCertPEM []byte) *corev1.Pod {
 		ReadinessProbe: httpProbe("/readyz", o.HTTPListen, 2, 3),
 		LivenessProbe:  httpProbe("/healthz", o.HTTPListen, 10, 6),
 		Resources:      resources("100m", "128Mi"),
-		VolumeMounts: []corev1.VolumeMount{
-			mount("config", o.ConfigDir, true), mount("ca", p.caFile, true), mount("sockets", o.SocketDir, false),
-		},
+		VolumeMounts:   []corev1.VolumeMount{mount("config", p.skewgateDir, true), mount("sockets", o.SocketDir, false)},
 	}
 	return staticPod("skewgate", c, []corev1.Volume{
-		hostPath("config", o.ConfigDir, corev1.HostPathDirectory),
-		hostPath("ca", p.caFile, corev1.HostPathFile),
+		hostPath("config", p.skewgateDir, corev1.HostPathDirectory),
 		hostPath("sockets", o.SocketDir, corev1.HostPathDirectory),
 	}, map[string]string{certHashAnnotation: hex.EncodeToString(sum[:])})
 }
 
 // envoyPod runs Envoy with the bootstrap; everything else it learns from its own skewgate over the
-// xDS socket. It mounts the node's PKI directory read-only: the front's serving certificate, the
-// front-proxy client certificate and the CA, reloaded when kubeadm renews them (watched directory).
-// The command names the envoy binary so that no image entrypoint switches to another user: the
-// keys it reads are root's.
+// xDS socket. Its directory holds the bootstrap and copies of the node's serving certificate,
+// front-proxy client certificate and CA: Envoy watches that directory, so when the command refreshes
+// a copy (by a rename, key first) Envoy serves the new one without a restart. The command names the
+// envoy binary so that no image entrypoint switches to another user: the keys it reads are root's.
 func (o Options) envoyPod() *corev1.Pod {
 	p := o.paths()
 	c := corev1.Container{
@@ -167,14 +162,13 @@ func (o Options) envoyPod() *corev1.Pod {
 		},
 		Resources: resources("250m", "128Mi"),
 		VolumeMounts: []corev1.VolumeMount{
-			mount("bootstrap", p.envoyDir, true), mount("pki", o.PKIDir, true),
+			mount("config", p.envoyDir, true),
 			// Connecting to a unix socket needs write permission on it.
 			mount("sockets", o.SocketDir, false),
 		},
 	}
 	return staticPod("skewgate-envoy", c, []corev1.Volume{
-		hostPath("bootstrap", p.envoyDir, corev1.HostPathDirectory),
-		hostPath("pki", o.PKIDir, corev1.HostPathDirectory),
+		hostPath("config", p.envoyDir, corev1.HostPathDirectory),
 		hostPath("sockets", o.SocketDir, corev1.HostPathDirectory),
 	}, nil)
 }

@@ -60,7 +60,8 @@ func Render(o Options) (*Plan, error) {
 		return nil, err
 	}
 	p := o.paths()
-	if err := requireFiles(p.caFile, p.servingCert, p.servingKey, p.frontProxyCert, p.frontProxyKey); err != nil {
+	node, err := readNodeFiles(o.PKIDir)
+	if err != nil {
 		return nil, err
 	}
 	ca, err := readCA(o.PKIDir)
@@ -71,7 +72,7 @@ func Render(o Options) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	kc, err := kubeconfig("https://"+o.APIServerEndpoint, p.caFile, p.certFile, p.keyFile)
+	kc, err := kubeconfig("https://"+o.APIServerEndpoint, p.skewgateCA, p.certFile, p.keyFile)
 	if err != nil {
 		return nil, err
 	}
@@ -102,13 +103,21 @@ func Render(o Options) (*Plan, error) {
 		return nil, err
 	}
 	plan := &Plan{Issued: issued, Dirs: []Dir{
-		{Path: o.ConfigDir, Mode: 0o755}, {Path: filepath.Dir(p.certFile), Mode: 0o700}, {Path: p.envoyDir, Mode: 0o755},
+		{Path: o.ConfigDir, Mode: 0o755}, {Path: p.skewgateDir, Mode: 0o700}, {Path: p.envoyDir, Mode: 0o700},
 		{Path: o.SocketDir, Mode: 0o700}, {Path: o.ManifestsDir, Mode: 0o700, Foreign: true},
 	}}
+	// Keys before their certificates: Envoy reloads a pair on each move into its directory, and a
+	// new key with the old certificate is refused (it keeps the old pair) until the certificate follows.
 	plan.Files = []File{
-		{Path: p.certFile, Mode: 0o644, Data: certPEM},
 		{Path: p.keyFile, Mode: 0o600, Data: keyPEM, Secret: true},
+		{Path: p.certFile, Mode: 0o644, Data: certPEM},
+		{Path: p.skewgateCA, Mode: 0o644, Data: node.ca},
 		{Path: p.kubeconfig, Mode: 0o600, Data: kc},
+		{Path: p.envoyCA, Mode: 0o644, Data: node.ca},
+		{Path: p.servingKey, Mode: 0o600, Data: node.servingKey, Secret: true},
+		{Path: p.servingCert, Mode: 0o644, Data: node.servingCert},
+		{Path: p.proxyKey, Mode: 0o600, Data: node.proxyKey, Secret: true},
+		{Path: p.proxyCert, Mode: 0o644, Data: node.proxyCert},
 		{Path: p.bootstrap, Mode: 0o644, Data: append([]byte(header), by...)},
 	}
 	for _, name := range slices.Sorted(maps.Keys(sds)) {
@@ -116,7 +125,7 @@ func Render(o Options) (*Plan, error) {
 	}
 	plan.Files = append(plan.Files,
 		File{Path: filepath.Join(o.ConfigDir, RBACFile), Mode: 0o644, Data: rbac},
-		// Envoy last: when the kubelet starts it, its bootstrap is in place.
+		// The pods last: when the kubelet starts them, everything they mount is in place.
 		File{Path: filepath.Join(o.ManifestsDir, "skewgate.yaml"), Mode: 0o600, Data: sg},
 		File{Path: filepath.Join(o.ManifestsDir, "skewgate-envoy.yaml"), Mode: 0o600, Data: envoy},
 	)

@@ -36,7 +36,7 @@ func golden(t *testing.T, n *node, name string, got []byte) {
 }
 
 func TestRenderGolden(t *testing.T) {
-	n := newNode(t)
+	n := newRSANode(t)
 	o := n.options()
 	o.AllowedCIDRs = []string{"10.0.0.0/24"}
 	plan, err := Render(o)
@@ -54,7 +54,7 @@ func TestRenderGolden(t *testing.T) {
 		"manifests/skewgate.yaml":       "skewgate.yaml",
 		"manifests/skewgate-envoy.yaml": "skewgate-envoy.yaml",
 		"skewgate/envoy/bootstrap.yaml": "bootstrap.yaml",
-		"skewgate/kubeconfig":           "kubeconfig",
+		"skewgate/skewgate/kubeconfig":  "kubeconfig",
 		"skewgate/" + RBACFile:          "rbac.yaml",
 	} {
 		f, ok := byName[path]
@@ -65,12 +65,25 @@ func TestRenderGolden(t *testing.T) {
 		golden(t, n, name, f.Data)
 		delete(byName, path)
 	}
+	// Copies of the node's files, byte for byte, each pod's in its own directory.
+	for dst, src := range map[string]string{
+		"skewgate/skewgate/ca.crt": "ca.crt", "skewgate/envoy/ca.crt": "ca.crt",
+		"skewgate/envoy/apiserver.crt": "apiserver.crt", "skewgate/envoy/apiserver.key": "apiserver.key",
+		"skewgate/envoy/front-proxy-client.crt": "front-proxy-client.crt", "skewgate/envoy/front-proxy-client.key": "front-proxy-client.key",
+	} {
+		want, _ := os.ReadFile(filepath.Join(n.root, "pki", src))
+		f := byName[dst]
+		if !bytes.Equal(f.Data, want) || f.Secret != strings.HasSuffix(dst, ".key") || (f.Mode == 0o600) != strings.HasSuffix(dst, ".key") {
+			t.Errorf("%s: not a copy of %s with mode %v secret %v", dst, src, f.Mode, f.Secret)
+		}
+		delete(byName, dst)
+	}
 	// What is left is the client certificate and its key, and nothing else.
-	crt, key := byName["skewgate/pki/skewgate.crt"], byName["skewgate/pki/skewgate.key"]
+	crt, key := byName["skewgate/skewgate/skewgate.crt"], byName["skewgate/skewgate/skewgate.key"]
 	if len(byName) != 2 || crt.Data == nil || key.Data == nil {
 		t.Fatalf("unexpected files %v", byName)
 	}
-	if key.Mode != 0o600 || !key.Secret || byName["skewgate/pki/skewgate.crt"].Secret {
+	if key.Mode != 0o600 || !key.Secret || crt.Secret {
 		t.Errorf("key mode %v secret %v", key.Mode, key.Secret)
 	}
 	certs, err := certutil.ParseCertsPEM(crt.Data)
@@ -102,13 +115,15 @@ func TestApplyIdempotent(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := snapshot(t, n.root)
-	for _, rel := range []string{"skewgate/pki/skewgate.key", "skewgate/kubeconfig", "manifests/skewgate.yaml"} {
+	for _, rel := range []string{"skewgate/skewgate/skewgate.key", "skewgate/skewgate/kubeconfig", "skewgate/envoy/apiserver.key", "manifests/skewgate.yaml"} {
 		if st, err := os.Stat(filepath.Join(n.root, rel)); err != nil || st.Mode().Perm() != 0o600 {
 			t.Errorf("%s: mode %v (%v), want 0600", rel, st.Mode(), err)
 		}
 	}
-	if st, err := os.Stat(filepath.Join(n.root, "sockets")); err != nil || st.Mode().Perm() != 0o700 {
-		t.Errorf("socket directory: %v (%v), want 0700", st.Mode(), err)
+	for _, dir := range []string{"sockets", "skewgate/skewgate", "skewgate/envoy"} {
+		if st, err := os.Stat(filepath.Join(n.root, dir)); err != nil || st.Mode().Perm() != 0o700 {
+			t.Errorf("%s: %v (%v), want 0700", dir, st.Mode(), err)
+		}
 	}
 	time.Sleep(10 * time.Millisecond) // so that a rewrite would show in the modification times
 
@@ -145,7 +160,7 @@ func TestApplyFixesMode(t *testing.T) {
 	if _, err := Apply(plan, false, nil); err != nil {
 		t.Fatal(err)
 	}
-	key := filepath.Join(n.root, "skewgate", "pki", "skewgate.key")
+	key := filepath.Join(n.root, "skewgate", "skewgate", "skewgate.key")
 	if err := os.Chmod(key, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +238,7 @@ func TestClientCertificateReissue(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			n := newNode(t)
 			n.issue(t, tc.subject, testNow.Add(tc.notAfter), tc.otherCA)
-			old, _ := os.ReadFile(filepath.Join(n.root, "skewgate", "pki", "skewgate.crt"))
+			old, _ := os.ReadFile(filepath.Join(n.root, "skewgate", "skewgate", "skewgate.crt"))
 			plan, err := Render(n.options())
 			if err != nil {
 				t.Fatal(err)
@@ -231,7 +246,13 @@ func TestClientCertificateReissue(t *testing.T) {
 			if plan.Issued != tc.reissue {
 				t.Errorf("issued %v, want %v", plan.Issued, tc.reissue)
 			}
-			if same := bytes.Equal(plan.Files[0].Data, old); same == tc.reissue {
+			var got []byte
+			for _, f := range plan.Files {
+				if strings.HasSuffix(f.Path, "/skewgate.crt") {
+					got = f.Data
+				}
+			}
+			if same := bytes.Equal(got, old); same == tc.reissue {
 				t.Errorf("certificate kept: %v, want %v", same, !tc.reissue)
 			}
 		})

@@ -1,6 +1,7 @@
 package install
 
 import (
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -24,22 +25,33 @@ var update = flag.Bool("update", false, "rewrite the golden files")
 // testNow is the fixed clock of every test.
 var testNow = time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
 
-// node is a fake kubeadm control-plane node under a temp dir: its PKI (a CA made with client-go's
-// certutil, as kubeadm makes an RSA one), and the files the pods mount.
+// node is a fake kubeadm control-plane node under a temp dir: its PKI, made with client-go's
+// certutil, and the files the pods mount. The cluster CA's key is RSA, as kubeadm makes it, in
+// newRSANode; ECDSA (faster to generate) in newNode.
 type node struct {
 	root string
 	ca   *x509.Certificate
-	key  *rsa.PrivateKey
+	key  crypto.Signer
 }
 
-func newNode(t *testing.T) *node {
+func newNode(t *testing.T) *node { return makeNode(t, false) }
+
+func newRSANode(t *testing.T) *node { return makeNode(t, true) }
+
+func makeNode(t *testing.T, useRSA bool) *node {
 	t.Helper()
 	root := t.TempDir()
 	pki := filepath.Join(root, "pki")
 	if err := os.MkdirAll(pki, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	var key crypto.Signer
+	var err error
+	if useRSA {
+		key, err = rsa.GenerateKey(rand.Reader, 2048)
+	} else {
+		key, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,8 +65,19 @@ func newNode(t *testing.T) *node {
 	}
 	write(t, filepath.Join(pki, "ca.crt"), pem.EncodeToMemory(&pem.Block{Type: certutil.CertificateBlockType, Bytes: ca.Raw}), 0o644)
 	write(t, filepath.Join(pki, "ca.key"), keyPEM, 0o600)
-	for _, f := range []string{"apiserver.crt", "apiserver.key", "front-proxy-client.crt", "front-proxy-client.key"} {
-		write(t, filepath.Join(pki, f), []byte("not read by the command\n"), 0o600)
+	// The serving and front-proxy pairs are only copied and checked to match: self-signed will do.
+	for _, name := range []string{"apiserver", "front-proxy-client"} {
+		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		crt, err := certutil.NewSelfSignedCACert(certutil.Config{CommonName: name}, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kp, _ := keyutil.MarshalPrivateKeyToPEM(k)
+		write(t, filepath.Join(pki, name+".crt"), pem.EncodeToMemory(&pem.Block{Type: certutil.CertificateBlockType, Bytes: crt.Raw}), 0o644)
+		write(t, filepath.Join(pki, name+".key"), kp, 0o600)
 	}
 	return &node{root: root, ca: ca, key: key}
 }
@@ -82,7 +105,7 @@ func (n *node) issue(t *testing.T, subject pkix.Name, notAfter time.Time, otherC
 	}
 	parent, signer := n.ca, any(n.key)
 	if otherCA {
-		k, _ := rsa.GenerateKey(rand.Reader, 2048)
+		k, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 		parent, _ = certutil.NewSelfSignedCACert(certutil.Config{CommonName: "kubernetes"}, k)
 		signer = k
 	}
@@ -91,7 +114,7 @@ func (n *node) issue(t *testing.T, subject pkix.Name, notAfter time.Time, otherC
 		t.Fatal(err)
 	}
 	keyPEM, _ := keyutil.MarshalPrivateKeyToPEM(key)
-	dir := filepath.Join(n.root, "skewgate", "pki")
+	dir := filepath.Join(n.root, "skewgate", "skewgate")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
