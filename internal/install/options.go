@@ -107,6 +107,11 @@ func (o Options) Validate() error {
 			errs = append(errs, fmt.Errorf("%s %q: want a clean absolute path (the pods mount it at the same path)", flag, dir))
 		}
 	}
+	for flag, dir := range map[string]string{"--config-dir": o.ConfigDir, "--socket-dir": o.SocketDir} {
+		if rel, err := filepath.Rel(o.ManifestsDir, dir); err == nil && !strings.HasPrefix(rel, "..") {
+			errs = append(errs, fmt.Errorf("%s %q is inside --manifests-dir %q: the kubelet would read its files as pods", flag, dir, o.ManifestsDir))
+		}
+	}
 	if len(o.SocketDir)+len("/extproc.sock") > 100 {
 		errs = append(errs, fmt.Errorf("--socket-dir %q: too long for a unix socket path (108 bytes)", o.SocketDir))
 	}

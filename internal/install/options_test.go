@@ -23,6 +23,8 @@ func TestValidateNamesTheFlag(t *testing.T) {
 		{func(o *Options) { o.FrontPort = 70000 }, "--front-port 70000"},
 		{func(o *Options) { o.PKIDir = "pki" }, `--pki-dir "pki"`},
 		{func(o *Options) { o.ConfigDir = "/etc/skewgate/" }, "--config-dir"},
+		{func(o *Options) { o.ConfigDir = filepath.Join(o.ManifestsDir, "skewgate") }, "is inside --manifests-dir"},
+		{func(o *Options) { o.SocketDir = o.ManifestsDir }, "is inside --manifests-dir"},
 		{func(o *Options) { o.SocketDir = "/" + strings.Repeat("s", 100) }, "too long for a unix socket"},
 		{func(o *Options) { o.HTTPListen = "0.0.0.0:18080" }, "--http-listen"},
 		{func(o *Options) { o.EnvoyImage = "envoy proxy" }, "--envoy-image"},
