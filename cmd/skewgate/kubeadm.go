@@ -16,8 +16,24 @@ func newKubeadmCommand(w io.Writer) *cobra.Command {
 		Short: "Install skewgate and Envoy beside the apiserver of a kubeadm control-plane node",
 		Args:  cobra.NoArgs,
 	}
-	cmd.AddCommand(newKubeadmInstallCommand(w))
+	cmd.AddCommand(newKubeadmInstallCommand(w), newKubeadmRBACCommand(w))
 	return cmd
+}
+
+func newKubeadmRBACCommand(w io.Writer) *cobra.Command {
+	return &cobra.Command{
+		Use:   "rbac",
+		Short: "Print the RBAC of user skewgate (what install writes to <config-dir>/rbac.yaml), for kubectl apply -f -",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			y, err := install.RBACYAML()
+			if err != nil {
+				return err
+			}
+			_, err = w.Write(y)
+			return err
+		},
+	}
 }
 
 func newKubeadmInstallCommand(w io.Writer) *cobra.Command {

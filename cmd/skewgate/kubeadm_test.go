@@ -117,3 +117,19 @@ func TestKubeadmInstallBadInput(t *testing.T) {
 		t.Errorf("refused runs wrote %d paths", n-before)
 	}
 }
+
+// The printed RBAC is byte for byte what install writes.
+func TestKubeadmRBACCommand(t *testing.T) {
+	root, flags := kubeadmNode(t)
+	if _, err := runKubeadm(t, flags...); err != nil {
+		t.Fatal(err)
+	}
+	written, err := os.ReadFile(filepath.Join(root, "skewgate", "rbac.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := runKubeadm(t, "rbac")
+	if err != nil || out != string(written) || !strings.Contains(out, "kind: ClusterRoleBinding") {
+		t.Errorf("rbac printed (%v):\n%s\nwant:\n%s", err, out, written)
+	}
+}

@@ -90,7 +90,7 @@ func Render(o Options) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	rbac, err := objectsYAML(RBAC()...)
+	rbac, err := RBACYAML()
 	if err != nil {
 		return nil, err
 	}
@@ -131,6 +131,9 @@ func Render(o Options) (*Plan, error) {
 	)
 	return plan, nil
 }
+
+// RBACYAML is the RBAC of RBAC() as the command writes it to ConfigDir/RBACFile.
+func RBACYAML() ([]byte, error) { return objectsYAML(RBAC()...) }
 
 // checkServeArgs parses args with serve's own flags and validation, so the pod never runs with a
 // flag serve does not know or refuses.
