@@ -17,13 +17,12 @@ func exampleBootstrap() BootstrapOptions {
 	}
 }
 
-// The example, and its copy the deploy/envoy kustomization turns into a ConfigMap; the SDS files go
-// to sds/ beside each.
+// The example; the SDS files go to sds/ beside it.
 const exampleBootstrapPath = "../envoy/bootstrap.yaml"
 
-var bootstrapCopies = []string{exampleBootstrapPath, "../deploy/envoy/bootstrap.yaml"}
+var bootstrapCopies = []string{exampleBootstrapPath}
 
-// TestBootstrapSDSGolden compares the SDS files of the example with envoy/sds/ and deploy/envoy/sds/.
+// TestBootstrapSDSGolden compares the SDS files of the example with envoy/sds/.
 func TestBootstrapSDSGolden(t *testing.T) {
 	files, err := BootstrapSDSFiles(exampleBootstrap())
 	if err != nil {

@@ -46,6 +46,7 @@ so clients never get a wrong 404 while apiservers of different versions run side
 		SilenceUsage: true,
 	}
 	root.AddCommand(newServeCommand(), newBootstrapCommand(), newTopologyCommand(os.Stdout), newVersionCommand(os.Stdout))
+	root.AddCommand(newKubeadmCommand(os.Stdout))
 	return root
 }
 
