@@ -135,7 +135,6 @@ func (n *Node) options() (*app.Options, error) {
 	opts.StaticUpstreams = []string{a.Name + "=" + a.Address()}
 	opts.AllowedCIDRs = []string{netip.PrefixFrom(netip.MustParseAddr(a.IP.String()), 24).Masked().String()}
 	opts.ProbeInterval = n.o.ProbeInterval
-	opts.GCPercent = -1
 	opts.XDSListen, opts.ExtProcListen, opts.HTTPListen = "unix://"+n.xdsSock, "unix://"+n.extProcSock, "127.0.0.1:0"
 	ip := n.tb.HostIP(n.o.Host)
 	opts.Envoy = xds.Options{
