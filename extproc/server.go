@@ -183,7 +183,7 @@ func (s *Server) decide(r *headersRead) (string, *extprocv3.ProcessingResponse, 
 	switch c.Kind {
 	case Discovery:
 		if t == nil {
-			return OutcomeUnsynced, s.continueWith(r, all, id), nil
+			return OutcomeUnsynced, s.continueWith(r, "", id), nil
 		}
 		if answer := s.discoveryFor(t).serve(r.method, r.path, r.accept, r.ifNoneMatch); answer != nil {
 			// The apiserver decides whether this request may see discovery at all; the front only
@@ -197,7 +197,10 @@ func (s *Server) decide(r *headersRead) (string, *extprocv3.ProcessingResponse, 
 		return OutcomePassthrough, s.continueWith(r, all, id), nil
 	}
 	if t == nil {
-		return OutcomeUnsynced, s.continueWith(r, all, id), nil
+		// No Topology in Envoy's snapshot from this process yet (a restart): Envoy's route table,
+		// kept from before, holds the last decisions for every skewed resource, and naming
+		// skewgate-all here would override them with a balance over every apiserver.
+		return OutcomeUnsynced, s.continueWith(r, "", id), nil
 	}
 	d := t.Decide(c.Key, c.Verb)
 	switch d.Action {
@@ -230,13 +233,16 @@ func (r *headersRead) target(cluster string, anonymous bool) string {
 
 // continueWith lets the request go on, with the routing header naming cluster and the identity
 // headers set from the verified client certificate (or removed). Every decision names its cluster,
-// the default ones too, and the response always carries a header mutation: Envoy clears the route
+// the default ones too, except without a Topology (cluster ""): then Envoy's route table decides.
+// The response always carries a header mutation: Envoy clears the route
 // cache only when it does (DecodingProcessorState::clearRouteCache in
 // source/extensions/filters/http/ext_proc/processor_state.cc), and the route re-matched then sees
 // our header and nothing else a client or another filter chose.
 func (s *Server) continueWith(r *headersRead, cluster string, id *identity) *extprocv3.ProcessingResponse {
 	m := &extprocv3.HeaderMutation{RemoveHeaders: make([]string, 0, 3+len(r.extra))}
-	m.SetHeaders = append(m.SetHeaders, setHeader(wire.RouteHeader, cluster, false))
+	if cluster != "" {
+		m.SetHeaders = append(m.SetHeaders, setHeader(wire.RouteHeader, cluster, false))
+	}
 	if id != nil {
 		m.SetHeaders = append(m.SetHeaders, id.headers...)
 	} else {

@@ -387,12 +387,31 @@ func TestSpoofedHeadersAreRemoved(t *testing.T) {
 	}
 }
 
-func TestUnsyncedTakesTheDefaultRoute(t *testing.T) {
+// TestUnsyncedLeavesRoutingToEnvoy: without a Topology (a restarted skewgate before its first
+// snapshot) ext_proc names no cluster, so the route Envoy's own table picks stands (its skew routes,
+// kept from before the restart, route skewed resources right); naming skewgate-all would send them
+// to any apiserver. The identity headers are still handled, and the answer still clears the route
+// cache, so the route is chosen again on the headers ext_proc left.
+func TestUnsyncedLeavesRoutingToEnvoy(t *testing.T) {
 	h := startServer(t)
 	h.src.t.Store(nil)
-	check(t, "unsynced", h.roundTrip(t, envoyHeaders("GET", "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies")), want{cluster: wire.AllCluster})
-	if got := testutil.ToFloat64(h.srv.metrics.decisions.WithLabelValues(OutcomeUnsynced)); got != 1 {
-		t.Errorf("unsynced decisions = %v, want 1", got)
+	for _, path := range []string{"/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies", "/apis", "/healthz"} {
+		resp := h.roundTrip(t, envoyHeaders("GET", path, "x-remote-user", "mallory"))
+		hr := resp.GetRequestHeaders().GetResponse()
+		if hr == nil || !hr.ClearRouteCache || hr.HeaderMutation == nil {
+			t.Fatalf("%s: want a header mutation with clear_route_cache, got %v", path, resp)
+		}
+		for _, s := range hr.HeaderMutation.GetSetHeaders() {
+			if s.Header.Key == wire.RouteHeader && path != "/healthz" {
+				t.Errorf("%s: routing header %q set without a Topology", path, s.Header.RawValue)
+			}
+		}
+		if !slices.Contains(hr.HeaderMutation.GetRemoveHeaders(), wire.RemoteUserHeader) {
+			t.Errorf("%s: a client's x-remote-user is not removed: %v", path, hr.HeaderMutation)
+		}
+	}
+	if got := testutil.ToFloat64(h.srv.metrics.decisions.WithLabelValues(OutcomeUnsynced)); got != 2 {
+		t.Errorf("unsynced decisions = %v, want 2 (the resource and discovery)", got)
 	}
 }
 

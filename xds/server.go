@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -80,6 +81,9 @@ type Server struct {
 	// last holds the clusters of the last snapshot that are in the Topology, to retain when they leave.
 	last map[string]*clusterv3.Cluster
 
+	// published is the Topology of the snapshot Envoy is being served (nil before the first).
+	published atomic.Pointer[discovery.Topology]
+
 	mu      sync.Mutex
 	version string
 	changed chan struct{}
@@ -138,6 +142,12 @@ func (s *Server) Register(g *grpc.Server) {
 // ClusterReady reports whether every connected Envoy has acknowledged cluster; ext_proc names only
 // such clusters.
 func (s *Server) ClusterReady(cluster string) bool { return s.acks.Ready(cluster) }
+
+// Current returns the Topology whose translation is the snapshot being served, nil before the
+// first. ext_proc decides with it rather than with discovery's newest Topology: until a Topology is
+// translated and in the snapshot (the first one after a restart included), the clusters its
+// decisions name are not in Envoy, and Envoy's own route table, kept from before, decides better.
+func (s *Server) Current() *discovery.Topology { return s.published.Load() }
 
 // Version returns the last published snapshot version ("" before the first) and a channel closed at
 // the next publication.
@@ -229,6 +239,8 @@ func (s *Server) publish(ctx context.Context, t *discovery.Topology) time.Time {
 		return s.nextExpiry()
 	}
 	if hash == s.lastHash {
+		// The same snapshot: t decides exactly as the Topology it was translated from.
+		s.published.Store(t)
 		s.m.publishes.WithLabelValues(publishUnchanged).Inc()
 		return s.nextExpiry()
 	}
@@ -249,6 +261,7 @@ func (s *Server) publish(ctx context.Context, t *discovery.Topology) time.Time {
 		return s.nextExpiry()
 	}
 	s.lastHash = hash
+	s.published.Store(t)
 	s.m.publishes.WithLabelValues(publishOK).Inc()
 	s.m.translate.Observe(time.Since(start).Seconds())
 	s.m.clusters.Set(float64(len(rs.Clusters)))

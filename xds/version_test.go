@@ -203,3 +203,27 @@ func TestNoSnapshotBeforeFirstTopology(t *testing.T) {
 		t.Fatal("delta: no response after the first Topology")
 	}
 }
+
+// TestCurrentIsThePublishedTopology: ext_proc decides with the Topology whose snapshot is being
+// served, never with one discovery has but xds has not published: none before the first snapshot,
+// then each one only once its snapshot is set.
+func TestCurrentIsThePublishedTopology(t *testing.T) {
+	src := newFakeSource(nil)
+	ts := startServer(t, src, time.Hour)
+	if c := ts.Current(); c != nil {
+		t.Fatalf("Current before any Topology: %s", c.Version)
+	}
+	for _, name := range []string{"two-same-version", "skewed", "three-two-sets"} {
+		top := loadScenario(t, "testdata/"+name+".in.yaml")
+		v, changed := ts.Version()
+		src.Set(top)
+		select {
+		case <-changed:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: no snapshot after %s", name, v)
+		}
+		if c := ts.Current(); c != top {
+			t.Errorf("%s: Current is %v after its snapshot was published", name, c)
+		}
+	}
+}

@@ -150,7 +150,7 @@ func Start(ctx context.Context, o *Options, lis Listeners, log *zap.Logger) (_ *
 	}
 	xg := grpc.NewServer(grpcutil.ServerOptions(10000, 16<<20, creds...)...)
 	xs.Register(xg)
-	eg := extproc.NewGRPCServer(extproc.NewServer(ctrl, log, reg, extproc.WithClusterGate(xs)), extproc.GRPCOptions{ServerOptions: creds})
+	eg := extproc.NewGRPCServer(extproc.NewServer(xs, log, reg, extproc.WithClusterGate(xs)), extproc.GRPCOptions{ServerOptions: creds})
 
 	for _, l := range []struct {
 		lis  *net.Listener

@@ -28,7 +28,7 @@ import (
 // While true, skewed requests that get 404 (1) or 503 (2) before the first ACK to the restarted
 // skewgate are logged as KNOWN PRODUCT BUG instead of failing, and the phase fails if bug 1 does not
 // show: then it is fixed, and this must become false. Shared reads must get 200 either way.
-const knownRestartBugs = true
+const knownRestartBugs = false
 
 func restartSkewgate(ctx context.Context, t *testing.T, tb *testbed.Testbed, n *front.Node) map[string]any {
 	tr := startTraffic(t, tb, n.URL, 4, restartTrafficOps)
