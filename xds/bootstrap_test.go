@@ -11,7 +11,7 @@ import (
 func exampleBootstrap() BootstrapOptions {
 	return BootstrapOptions{
 		NodeID: "front-1", NodeCluster: "skewgate-front",
-		XDSAddress: "skewgate-xds.skewgate-system.svc:18000",
+		XDSAddress: "skewgate.cp-1.example:18000",
 		XDSCAFile:  "/etc/skewgate/xds/ca.crt", XDSCertFile: "/etc/skewgate/xds/tls.crt", XDSKeyFile: "/etc/skewgate/xds/tls.key",
 		Delta: true,
 	}
