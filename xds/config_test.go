@@ -109,11 +109,10 @@ func TestXFCCRemovedByRouter(t *testing.T) {
 func TestAnonymousRoutes(t *testing.T) {
 	rs := translated(t)
 	want := map[string]string{
-		"anonymous-default":            wire.AnonCluster(wire.AllCluster),
-		"anonymous-default-idempotent": wire.AnonCluster(wire.AllCluster),
-		"anonymous-upgrade":            wire.HTTP1Cluster(wire.AllCluster),
-		"default":                      wire.AllCluster,
-		"upgrade":                      wire.HTTP1Cluster(wire.AllCluster),
+		"anonymous-default": wire.AnonCluster(wire.AllCluster),
+		"anonymous-upgrade": wire.HTTP1Cluster(wire.AllCluster),
+		"default":           wire.AllCluster,
+		"upgrade":           wire.HTTP1Cluster(wire.AllCluster),
 	}
 	seen := 0
 	for _, r := range rs.Routes[0].VirtualHosts[0].Routes {

@@ -14,9 +14,6 @@ import (
 	"github.com/skewgate/skewgate/internal/wire"
 )
 
-// idempotentMethods may be retried: a read that never reached an apiserver can be sent to another.
-const idempotentMethods = "^(GET|HEAD|OPTIONS)$"
-
 // routeConfig is the route table. Envoy takes the first route that matches:
 //
 //  1. ext_proc named a cluster (wire.RouteHeader, its value a full match of
@@ -27,8 +24,13 @@ const idempotentMethods = "^(GET|HEAD|OPTIONS)$"
 //  2. an upgrade (exec, attach, port-forward) without a routing header: every upstream, HTTP/1.1.
 //  3. everything else: every upstream (the anonymous twin for requests without credentials).
 //
-// Each is split by method so that only idempotent requests are retried, and only on connect failure
-// or a refused stream, where the request provably never reached an apiserver.
+// Requests are retried (on another apiserver where there is one) only where they provably never
+// reached an apiserver: a connection that failed, or an HTTP/2 stream the apiserver refused
+// (REFUSED_STREAM, also every stream past the last one a GOAWAY accepted, as an apiserver that shuts
+// down sends). That holds for writes too, so every method is retried; Envoy buffers the request body
+// for it up to the decoder buffer limit and gives up on the retry past it (Filter::decodeData,
+// source/common/router/router.cc; RetryStateImpl::wouldRetryFromReset, retry_state_impl.cc). Upgrades
+// are never retried.
 //
 // The route is selected (and cluster_header read) by the connection manager before any HTTP filter
 // runs, and again only when a filter clears the route cache (ext_proc does, when its answer mutates
@@ -49,9 +51,6 @@ func (tb *translator) routeConfig() (*routev3.RouteConfiguration, error) {
 	present := func(name string) *routev3.HeaderMatcher {
 		return &routev3.HeaderMatcher{Name: name, HeaderMatchSpecifier: &routev3.HeaderMatcher_PresentMatch{PresentMatch: true}}
 	}
-	idempotent := &routev3.HeaderMatcher{Name: ":method", HeaderMatchSpecifier: &routev3.HeaderMatcher_StringMatch{StringMatch: &matcherv3.StringMatcher{
-		MatchPattern: &matcherv3.StringMatcher_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: idempotentMethods}},
-	}}}
 	mk := func(name string, headers []*routev3.HeaderMatcher, action *routev3.RouteAction, retry *routev3.RetryPolicy) *routev3.Route {
 		// No route timeout: watches and exec streams live for as long as the apiserver keeps them.
 		action.Timeout = durationpb.New(0)
@@ -77,13 +76,11 @@ func (tb *translator) routeConfig() (*routev3.RouteConfiguration, error) {
 		anonAlias string
 	}
 	base := []route{
-		{r: mk("routed-idempotent", []*routev3.HeaderMatcher{routed, idempotent}, byHeader(), retry)},
-		{r: mk("routed", []*routev3.HeaderMatcher{routed}, byHeader(), nil)},
+		{r: mk("routed", []*routev3.HeaderMatcher{routed}, byHeader(), retry)},
 		// Upgrades have no anonymous twin cluster: without credentials they ride HTTP/1.1 with no
 		// identity header, and the apiserver refuses them.
 		{r: mk("upgrade", []*routev3.HeaderMatcher{present("upgrade")}, to(wire.HTTP1Cluster(wire.AllCluster)), nil)},
-		{r: mk("default-idempotent", []*routev3.HeaderMatcher{idempotent}, to(wire.AllCluster), retry), anonAlias: wire.AnonCluster(wire.AllCluster)},
-		{r: mk("default", nil, to(wire.AllCluster), nil), anonAlias: wire.AnonCluster(wire.AllCluster)},
+		{r: mk("default", nil, to(wire.AllCluster), retry), anonAlias: wire.AnonCluster(wire.AllCluster)},
 	}
 	// Each route has an anonymous twin first: a request with no Authorization header and no verified
 	// client certificate (X-Forwarded-Client-Cert is set by the connection manager before routing and

@@ -3,7 +3,6 @@ package xds
 import (
 	"encoding/json"
 	"fmt"
-	"regexp"
 	"strings"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -35,7 +34,8 @@ func routeName(k discovery.ResourceKey, shape skewShape, verb, variant string) s
 }
 
 // groupRoutes returns the routes of one method group of one shape: for a cluster, an upgrade route
-// (HTTP/1.1 twin), an idempotent route (retried) and the rest; for unavailable, a direct 503.
+// (HTTP/1.1 twin) and one for every other request (retried where it provably never reached an
+// apiserver, as the default routes are); for unavailable, a direct 503.
 func (tb *translator) groupRoutes(k discovery.ResourceKey, shape skewShape, prefix, re string, g methodGroup, retry *routev3.RetryPolicy) ([]*routev3.Route, error) {
 	pathPrefix := &routev3.HeaderMatcher{Name: ":path", HeaderMatchSpecifier: &routev3.HeaderMatcher_StringMatch{StringMatch: &matcherv3.StringMatcher{
 		MatchPattern: &matcherv3.StringMatcher_Prefix{Prefix: prefix},
@@ -95,43 +95,12 @@ func (tb *translator) groupRoutes(k discovery.ResourceKey, shape skewShape, pref
 		Match:  match(upgrade),
 		Action: &routev3.Route_Route{Route: skewAction(wire.HTTP1Cluster(cluster), nil)},
 	}}
-	idem, rest := splitIdempotent(g.methods)
-	if idem {
-		m := match()
-		if g.methods == nil {
-			m.Headers = append(m.Headers, methodRegex(idempotentMethods))
-		}
-		rs = append(rs, &routev3.Route{
-			Name:   routeName(k, shape, verb, "idempotent"),
-			Match:  m,
-			Action: &routev3.Route_Route{Route: skewAction(cluster, retry)},
-		})
-	}
-	if rest {
-		rs = append(rs, &routev3.Route{
-			Name:   routeName(k, shape, verb, ""),
-			Match:  match(),
-			Action: &routev3.Route_Route{Route: skewAction(cluster, nil)},
-		})
-	}
+	rs = append(rs, &routev3.Route{
+		Name:   routeName(k, shape, verb, ""),
+		Match:  match(),
+		Action: &routev3.Route_Route{Route: skewAction(cluster, retry)},
+	})
 	return rs, nil
-}
-
-var idempotentMethod = regexp.MustCompile(`^(?:` + idempotentMethods + `)$`)
-
-// splitIdempotent says whether a method group has idempotent methods (retried) and others.
-func splitIdempotent(methods []string) (idem, rest bool) {
-	if methods == nil {
-		return true, true
-	}
-	for _, m := range methods {
-		if idempotentMethod.MatchString(m) {
-			idem = true
-		} else {
-			rest = true
-		}
-	}
-	return idem, rest
 }
 
 // skewAction sends to a cluster with no route timeout (watches and exec streams live as long as the

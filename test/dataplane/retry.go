@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"bytes"
 	"crypto/tls"
 	"errors"
 	"io"
@@ -18,6 +19,13 @@ import (
 // 5xx / gateway-error: such a response), at most num_retries times (default 1 when a policy exists),
 // with jittered exponential back-off from 25 ms, on a host the previous_hosts predicate accepts
 // (host_selection_retry_max_attempts re-picks). Without a policy nothing is retried.
+//
+// A request body is buffered for the retries up to retryBufferLimit; past it the retries are given
+// up and the body streams to the one attempt (Filter::decodeData in source/common/router/router.cc:
+// retry_shadow_buffer_limit_ is the stream's decoder buffer limit, the listener's
+// per_connection_buffer_limit_bytes, 1 MiB when unset as in skewgate's listener). Envoy streams the
+// first attempt while it buffers; the stand-in reads the buffered body first: the same attempts, a
+// little later.
 type attempts struct {
 	d      *DataPlane
 	c      *cluster
@@ -49,6 +57,16 @@ type noRetryBody struct{}
 func (noRetryBody) Read([]byte) (int, error) { return 0, io.EOF }
 func (noRetryBody) Close() error             { return nil }
 
+// readCloser reads from one reader and closes another.
+type readCloser struct {
+	io.Reader
+	io.Closer
+}
+
+// retryBufferLimit is the listener's default per_connection_buffer_limit_bytes (1 MiB), which
+// skewgate's listener leaves unset.
+const retryBufferLimit = 1 << 20
+
 func (a *attempts) RoundTrip(req *http.Request) (*http.Response, error) {
 	tries := 1
 	if a.policy != nil {
@@ -57,16 +75,30 @@ func (a *attempts) RoundTrip(req *http.Request) (*http.Response, error) {
 			tries = 1 + int(n.Value)
 		}
 	}
+	bodyless := req.Body == nil || req.Body == http.NoBody
+	var body []byte // buffered for the retries; nil: bodyless, or streamed without retries
+	if !bodyless && tries > 1 {
+		b, err := io.ReadAll(io.LimitReader(req.Body, retryBufferLimit+1))
+		if err != nil {
+			return nil, err
+		}
+		if len(b) <= retryBufferLimit {
+			body = b
+		} else {
+			tries = 1 // over the buffer limit: no retry, the rest streams
+			req.Body = readCloser{io.MultiReader(bytes.NewReader(b), req.Body), req.Body}
+		}
+	}
+	replayable := bodyless || body != nil
 	var tried map[*host]bool
 	if a.previousHosts() {
 		tried = map[*host]bool{}
 	}
-	bodyless := req.Body == nil || req.Body == http.NoBody
 	var lastErr error = errNoHealthyUpstream
 	for attempt := 0; attempt < tries; attempt++ {
 		if attempt > 0 {
-			if !bodyless {
-				return nil, lastErr // the body was consumed; Envoy would have buffered it
+			if !replayable {
+				return nil, lastErr
 			}
 			mult := min(1<<attempt-1, 10)
 			time.Sleep(time.Duration(a.d.intn(25*mult)+1) * time.Millisecond)
@@ -80,7 +112,10 @@ func (a *attempts) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		out := req.Clone(req.Context())
 		out.URL.Scheme, out.URL.Host = h.scheme, h.addr
-		if bodyless && !a.c.http1 && !isUpgrade(req) {
+		switch {
+		case body != nil:
+			out.Body, out.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+		case bodyless && !a.c.http1 && !isUpgrade(req):
 			out.Body = noRetryBody{}
 		}
 		h.active.Add(1)
@@ -91,7 +126,7 @@ func (a *attempts) RoundTrip(req *http.Request) (*http.Response, error) {
 				a.c.od.httpStatus(h, resp.StatusCode)
 			}
 			gw := resp.StatusCode == 502 || resp.StatusCode == 503 || resp.StatusCode == 504
-			if attempt < tries-1 && bodyless && (resp.StatusCode >= 500 && a.retryOn("5xx") || gw && a.retryOn("gateway-error")) {
+			if attempt < tries-1 && replayable && (resp.StatusCode >= 500 && a.retryOn("5xx") || gw && a.retryOn("gateway-error")) {
 				resp.Body.Close()
 				h.active.Add(-1)
 				lastErr = &localError{code: resp.StatusCode, details: "retried"}
@@ -158,7 +193,12 @@ func connectFailure(err error) bool {
 	return errors.As(err, &re)
 }
 
-// refusedStream: the HTTP/2 upstream refused the stream (RST_STREAM REFUSED_STREAM).
+// refusedStream: the HTTP/2 upstream refused the stream: RST_STREAM REFUSED_STREAM, or a stream past
+// the last one a GOAWAY accepted, which Go's transport ends with "received Server's graceful shutdown
+// GOAWAY" and Envoy's codec closes as refused (RemoteRefusedStreamReset). A stream the GOAWAY did
+// accept and that then failed ("server sent GOAWAY and closed the connection") may have been
+// processed, and is not refused.
 func refusedStream(err error) bool {
-	return strings.Contains(err.Error(), "REFUSED_STREAM")
+	s := err.Error()
+	return strings.Contains(s, "REFUSED_STREAM") || strings.Contains(s, "graceful shutdown GOAWAY")
 }

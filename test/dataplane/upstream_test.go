@@ -23,7 +23,10 @@ type upstream struct {
 	mu    sync.Mutex
 	reqs  []*http.Request
 	hc    atomic.Int64
+	body  atomic.Int64 // request body bytes received
 }
+
+func (u *upstream) bodyBytes() int64 { return u.body.Load() }
 
 func newUpstream(t *testing.T, name string) *upstream {
 	u := &upstream{name: name}
@@ -34,7 +37,8 @@ func newUpstream(t *testing.T, name string) *upstream {
 			w.WriteHeader(int(u.ready.Load()))
 			return
 		}
-		io.Copy(io.Discard, r.Body)
+		n, _ := io.Copy(io.Discard, r.Body)
+		u.body.Add(n)
 		u.mu.Lock()
 		u.reqs = append(u.reqs, r)
 		u.mu.Unlock()
