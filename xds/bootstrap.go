@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"path"
+	"strings"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -36,7 +37,9 @@ type BootstrapOptions struct {
 	SDSDir string
 	// Delta selects incremental xDS (the default in the rendered example); false is state of the world.
 	Delta bool
-	// AdminAddress is Envoy's admin listener, host:port; it must be loopback [127.0.0.1:9901].
+	// AdminAddress is Envoy's admin listener: a loopback host:port, or unix:///path for a socket only
+	// its owner may use (mode 0600), which no other local user or host-network pod can reach
+	// [127.0.0.1:9901].
 	AdminAddress string
 	// MaxConnections bounds downstream connections (overload manager) [50000].
 	MaxConnections int
@@ -117,9 +120,12 @@ func (o BootstrapOptions) validate() error {
 	if o.NodeID == "" || o.NodeCluster == "" {
 		errs = append(errs, errors.New("node id and node cluster are required"))
 	}
-	adminHost, _, err := splitHostPort(o.AdminAddress)
-	if ip := net.ParseIP(adminHost); err != nil || ip == nil || !ip.IsLoopback() {
-		errs = append(errs, fmt.Errorf("admin address %q must be a loopback ip:port: the admin API can change Envoy's state", o.AdminAddress))
+	if p, ok := strings.CutPrefix(o.AdminAddress, "unix://"); ok {
+		if !path.IsAbs(p) {
+			errs = append(errs, fmt.Errorf("admin address %q: want unix:///absolute/path", o.AdminAddress))
+		}
+	} else if adminHost, _, err := splitHostPort(o.AdminAddress); err != nil || net.ParseIP(adminHost) == nil || !net.ParseIP(adminHost).IsLoopback() {
+		errs = append(errs, fmt.Errorf("admin address %q must be a loopback ip:port or unix:///path: the admin API can change Envoy's state", o.AdminAddress))
 	}
 	errs = append(errs, grpcutil.CheckEndpoint("xDS address", o.XDSAddress, "--xds-ca-file, --xds-cert-file and --xds-key-file", o.XDSCAFile, o.XDSCertFile, o.XDSKeyFile)...)
 	if o.XDSCAFile != "" {
@@ -142,7 +148,7 @@ func Bootstrap(o BootstrapOptions) (*bootstrapv3.Bootstrap, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	adminHost, adminPort, err := splitHostPort(o.AdminAddress)
+	admin, err := adminAddress(o.AdminAddress)
 	if err != nil {
 		return nil, err
 	}
@@ -180,7 +186,7 @@ func Bootstrap(o BootstrapOptions) (*bootstrapv3.Bootstrap, error) {
 			LdsConfig: adsSource(),
 		},
 		StaticResources: &bootstrapv3.Bootstrap_StaticResources{Clusters: []*clusterv3.Cluster{xdsCluster}},
-		Admin:           &bootstrapv3.Admin{Address: socketAddress(adminHost, adminPort)},
+		Admin:           &bootstrapv3.Admin{Address: admin},
 		LayeredRuntime: &bootstrapv3.LayeredRuntime{Layers: []*bootstrapv3.RuntimeLayer{{
 			Name: "static", LayerSpecifier: &bootstrapv3.RuntimeLayer_StaticLayer{StaticLayer: runtime},
 		}}},
@@ -200,4 +206,17 @@ func messageYAML(m proto.Message) ([]byte, error) {
 		return nil, err
 	}
 	return yaml.JSONToYAML(j)
+}
+
+// adminAddress is the admin listener's address: a pipe (Pipe.mode 0600: only Envoy's own user may
+// connect) or a loopback socket address.
+func adminAddress(addr string) (*corev3.Address, error) {
+	if p, ok := strings.CutPrefix(addr, "unix://"); ok {
+		return &corev3.Address{Address: &corev3.Address_Pipe{Pipe: &corev3.Pipe{Path: p, Mode: 0o600}}}, nil
+	}
+	host, port, err := splitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	return socketAddress(host, port), nil
 }

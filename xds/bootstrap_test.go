@@ -92,6 +92,7 @@ func TestBootstrapGolden(t *testing.T) {
 func TestBootstrapRefusesUnsafe(t *testing.T) {
 	for name, mut := range map[string]func(*BootstrapOptions){
 		"admin off loopback":    func(o *BootstrapOptions) { o.AdminAddress = "0.0.0.0:9901" },
+		"admin relative socket": func(o *BootstrapOptions) { o.AdminAddress = "unix://envoy-admin.sock" },
 		"plaintext xDS off-box": func(o *BootstrapOptions) { o.XDSCAFile, o.XDSCertFile, o.XDSKeyFile = "", "", "" },
 		"half of mTLS":          func(o *BootstrapOptions) { o.XDSKeyFile = "" },
 		"no node id":            func(o *BootstrapOptions) { o.NodeID = "" },
@@ -109,5 +110,19 @@ func TestBootstrapRefusesUnsafe(t *testing.T) {
 	o.XDSAddress, o.XDSCAFile, o.XDSCertFile, o.XDSKeyFile = "unix:///run/skewgate/xds.sock", "", "", ""
 	if _, err := Bootstrap(o); err != nil {
 		t.Errorf("unix socket refused: %v", err)
+	}
+}
+
+// TestBootstrapAdminSocket: an admin listener on a unix socket is a pipe only Envoy's user may use.
+func TestBootstrapAdminSocket(t *testing.T) {
+	o := exampleBootstrap()
+	o.AdminAddress = "unix:///var/lib/skewgate/envoy-admin.sock"
+	b, err := Bootstrap(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := b.GetAdmin().GetAddress().GetPipe()
+	if p.GetPath() != "/var/lib/skewgate/envoy-admin.sock" || p.GetMode() != 0o600 {
+		t.Errorf("admin address %v, want the pipe with mode 0600", b.GetAdmin().GetAddress())
 	}
 }

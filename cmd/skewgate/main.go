@@ -158,7 +158,7 @@ two SDS files, so it reloads them when they are rotated: they are written to --s
 	fs.StringVar(&o.XDSSNI, "xds-sni", "", "server name verified on the xDS certificate (default: its host)")
 	fs.StringVar(&o.SDSDir, "sds-dir", xds.DefaultSDSDir, "directory, as Envoy sees it, of the SDS files that load the xDS client certificate and CA (mTLS only)")
 	fs.StringVar(&sdsOut, "sds-output-dir", "", "write the SDS files here instead of --sds-dir (e.g. to build a ConfigMap)")
-	fs.StringVar(&o.AdminAddress, "admin-address", "127.0.0.1:9901", "Envoy admin listener; must be loopback")
+	fs.StringVar(&o.AdminAddress, "admin-address", "127.0.0.1:9901", "Envoy admin listener: a loopback host:port, or unix:///path (a socket only Envoy's user may use)")
 	fs.BoolVar(&sotw, "sotw", false, "use state-of-the-world xDS instead of delta")
 	fs.StringVarP(&out, "output", "o", "", "write to this file instead of stdout")
 	return cmd

@@ -99,8 +99,12 @@ func (o Options) Validate() error {
 	} else if p == o.FrontPort {
 		errs = append(errs, fmt.Errorf("--front-port %d is the apiserver's own port", o.FrontPort))
 	}
-	if o.FrontPort < 1 || o.FrontPort > 65535 {
-		errs = append(errs, fmt.Errorf("--front-port %d: out of range [1, 65535]", o.FrontPort))
+	if o.FrontPort < 1024 || o.FrontPort > 65535 {
+		// The Envoy container has no capability at all, NET_BIND_SERVICE included.
+		errs = append(errs, fmt.Errorf("--front-port %d: out of range [1024, 65535] (Envoy runs without capabilities)", o.FrontPort))
+	}
+	if _, port, err := net.SplitHostPort(o.HTTPListen); err == nil && port == strconv.Itoa(o.FrontPort) {
+		errs = append(errs, fmt.Errorf("--front-port %d is also --http-listen's port", o.FrontPort))
 	}
 	for flag, dir := range map[string]string{"--pki-dir": o.PKIDir, "--manifests-dir": o.ManifestsDir, "--config-dir": o.ConfigDir, "--socket-dir": o.SocketDir} {
 		if !filepath.IsAbs(dir) || filepath.Clean(dir) != dir {

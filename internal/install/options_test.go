@@ -3,6 +3,7 @@ package install
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -21,6 +22,8 @@ func TestValidateNamesTheFlag(t *testing.T) {
 		{func(o *Options) { o.APIServerEndpoint = "10.0.0.11:0" }, "bad port"},
 		{func(o *Options) { o.FrontPort = 6443 }, "--front-port 6443 is the apiserver's own port"},
 		{func(o *Options) { o.FrontPort = 70000 }, "--front-port 70000"},
+		{func(o *Options) { o.FrontPort = 443 }, "--front-port 443: out of range [1024, 65535] (Envoy runs without capabilities)"},
+		{func(o *Options) { o.FrontPort = 18080 }, "--front-port 18080 is also --http-listen's port"},
 		{func(o *Options) { o.PKIDir = "pki" }, `--pki-dir "pki"`},
 		{func(o *Options) { o.ConfigDir = "/etc/skewgate/" }, "--config-dir"},
 		{func(o *Options) { o.ConfigDir = filepath.Join(o.ManifestsDir, "skewgate") }, "is inside --manifests-dir"},
@@ -128,11 +131,28 @@ func TestDefaultPathsGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := &node{root: "/nonexistent-root"}
-	for name, pod := range map[string]*corev1.Pod{"default-skewgate.yaml": o.skewgatePod([]byte("cert")), "default-skewgate-envoy.yaml": o.envoyPod()} {
+	for name, pod := range map[string]*corev1.Pod{"default-skewgate.yaml": o.skewgatePod([]byte("cert"), []byte("ca")), "default-skewgate-envoy.yaml": o.envoyPod()} {
 		y, err := objectsYAML(pod)
 		if err != nil {
 			t.Fatal(err)
 		}
 		golden(t, n, name, y)
+	}
+}
+
+// TestIPv6Front: on a control plane that advertises IPv6 the front listens on every IPv6 address and
+// Envoy's readiness probe dials the IPv6 loopback.
+func TestIPv6Front(t *testing.T) {
+	for endpoint, want := range map[string][2]string{"10.0.0.11:6443": {"0.0.0.0", "127.0.0.1"}, "[fd00::11]:6443": {"::", "::1"}} {
+		o := Options{NodeName: "cp-1", APIServerEndpoint: endpoint, SkewgateImage: SkewgateImage("v0.9.0")}.WithDefaults()
+		if err := o.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Contains(o.ServeArgs(), "--front-address="+want[0]) {
+			t.Errorf("%s: serve args %v, want --front-address=%s", endpoint, o.ServeArgs(), want[0])
+		}
+		if got := o.envoyPod().Spec.Containers[0].ReadinessProbe.TCPSocket.Host; got != want[1] {
+			t.Errorf("%s: Envoy's readiness probe dials %s, want %s", endpoint, got, want[1])
+		}
 	}
 }

@@ -28,8 +28,10 @@ const User = "skewgate"
 const (
 	// certValidity matches kubeadm's leaf certificates (one year).
 	certValidity = 365 * 24 * time.Hour
-	// renewBefore: a certificate expiring sooner is re-issued when the command runs again.
-	renewBefore = 30 * 24 * time.Hour
+	// renewBefore: a certificate with less than half its life left is re-issued when the command
+	// runs again, so a run every six months (or after every kubeadm upgrade, which is when the
+	// runbook runs it) keeps it valid.
+	renewBefore = certValidity / 2
 )
 
 // ca is the cluster CA read from the node's PKI.
@@ -64,10 +66,15 @@ func publicKeysEqual(a, b crypto.PublicKey) bool {
 }
 
 // clientCert returns skewgate's certificate and key, PEM: the existing pair when it is still good
-// (same subject, signed by this CA, for client auth, key matching, not expiring within renewBefore),
-// a new one otherwise. issued tells which.
-func (c *ca) clientCert(certFile, keyFile string, now time.Time) (certPEM, keyPEM []byte, issued bool, err error) {
-	if certPEM, keyPEM, ok := c.existing(certFile, keyFile, now); ok {
+// (same subject, signed by this CA, for client auth, key matching, not expiring within renewBefore,
+// nor a day or more before the node's apiserver certificate), a new one otherwise. issued tells which.
+//
+// nodeExpiry is when the node's apiserver certificate expires: kubeadm renews its certificates for a
+// year on every `kubeadm upgrade` and `kubeadm certs renew` (their NotBefore is the CA's, their
+// NotAfter a year from the renewal), and the runbook runs this command after each, so skewgate's
+// certificate is renewed with them and never expires on its own while kubeadm's are fresh.
+func (c *ca) clientCert(certFile, keyFile string, now, nodeExpiry time.Time) (certPEM, keyPEM []byte, issued bool, err error) {
+	if certPEM, keyPEM, ok := c.existing(certFile, keyFile, now, nodeExpiry); ok {
 		return certPEM, keyPEM, false, nil
 	}
 	keyPEM, err = keyutil.MakeEllipticPrivateKeyPEM()
@@ -86,9 +93,11 @@ func (c *ca) clientCert(certFile, keyFile string, now time.Time) (certPEM, keyPE
 		SerialNumber: serial,
 		Subject:      pkix.Name{CommonName: User},
 		NotBefore:    now.Add(-5 * time.Minute).UTC(),
-		NotAfter:     now.Add(certValidity).UTC(),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		// As long as the node's own certificates (kubeadm's certificateValidityPeriod may be longer
+		// than a year), at least a year.
+		NotAfter:    maxTime(now.Add(certValidity), nodeExpiry).UTC(),
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	}
 	if tmpl.NotAfter.After(c.cert.NotAfter) {
 		tmpl.NotAfter = c.cert.NotAfter
@@ -100,7 +109,7 @@ func (c *ca) clientCert(certFile, keyFile string, now time.Time) (certPEM, keyPE
 	return pem.EncodeToMemory(&pem.Block{Type: certutil.CertificateBlockType, Bytes: der}), keyPEM, true, nil
 }
 
-func (c *ca) existing(certFile, keyFile string, now time.Time) (certPEM, keyPEM []byte, ok bool) {
+func (c *ca) existing(certFile, keyFile string, now, nodeExpiry time.Time) (certPEM, keyPEM []byte, ok bool) {
 	certPEM, err1 := os.ReadFile(certFile)
 	keyPEM, err2 := os.ReadFile(keyFile)
 	if err1 != nil || err2 != nil {
@@ -121,6 +130,8 @@ func (c *ca) existing(certFile, keyFile string, now time.Time) (certPEM, keyPEM 
 		cert.Subject.CommonName == User && len(cert.Subject.Organization) == 0 &&
 		len(cert.ExtKeyUsage) == 1 && cert.ExtKeyUsage[0] == x509.ExtKeyUsageClientAuth &&
 		!now.Before(cert.NotBefore) && now.Before(cert.NotAfter) &&
+		// kubeadm renewed the node's certificates since: renew with them.
+		!cert.NotAfter.Add(24*time.Hour).Before(nodeExpiry) &&
 		// Renew late in life, unless the CA itself ends sooner: a new one could not last longer.
 		(now.Add(renewBefore).Before(cert.NotAfter) || !cert.NotAfter.Before(c.cert.NotAfter))
 	return certPEM, keyPEM, good
@@ -141,6 +152,8 @@ func kubeconfig(server, caFile, certFile, keyFile string) ([]byte, error) {
 // nodeFiles are the kubeadm files Envoy serves with, read from the node's PKI directory.
 type nodeFiles struct {
 	ca, servingCert, servingKey, proxyCert, proxyKey []byte
+	// servingExpiry is the NotAfter of apiserver.crt: a year after kubeadm last renewed it.
+	servingExpiry time.Time
 }
 
 // readNodeFiles reads them and checks that each key belongs to its certificate: a node without them
@@ -160,8 +173,13 @@ func readNodeFiles(pkiDir string) (*nodeFiles, error) {
 		return nil, errors.Join(errs...)
 	}
 	for name, pair := range map[string][2][]byte{"apiserver": {n.servingCert, n.servingKey}, "front-proxy-client": {n.proxyCert, n.proxyKey}} {
-		if _, err := tls.X509KeyPair(pair[0], pair[1]); err != nil {
+		kp, err := tls.X509KeyPair(pair[0], pair[1])
+		if err != nil {
 			errs = append(errs, fmt.Errorf("--pki-dir: %s.crt and %s.key: %w", name, name, err))
+			continue
+		}
+		if name == "apiserver" && kp.Leaf != nil {
+			n.servingExpiry = kp.Leaf.NotAfter
 		}
 	}
 	return n, errors.Join(errs...)
@@ -179,4 +197,11 @@ func redact(b []byte) []byte {
 		fmt.Fprintf(&out, "-----BEGIN %s-----\n(redacted)\n-----END %s-----\n", blk.Type, blk.Type)
 		b = rest
 	}
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

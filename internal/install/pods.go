@@ -17,8 +17,9 @@ import (
 // kubelet reads the number (it cannot look the class up without an apiserver).
 const nodeCriticalPriority int32 = 2000001000
 
-// certHashAnnotation carries the hash of skewgate's client certificate: a renewed certificate changes
-// the manifest, so the kubelet restarts skewgate with it.
+// certHashAnnotation carries the hash of skewgate's client certificate and of the CA it verifies the
+// apiservers with: a renewed certificate or a rotated CA changes the manifest, so the kubelet
+// restarts skewgate with them.
 const certHashAnnotation = "skewgate/client-certificate-sha256"
 
 // paths are where everything lives on the node (and, mounted at the same path, in the containers).
@@ -28,7 +29,7 @@ const certHashAnnotation = "skewgate/client-certificate-sha256"
 type paths struct {
 	skewgateDir, kubeconfig, certFile, keyFile, skewgateCA                     string
 	envoyDir, bootstrap, envoyCA, servingCert, servingKey, proxyCert, proxyKey string
-	xdsSocket, extprocSocket                                                   string
+	xdsSocket, extprocSocket, adminSocket                                      string
 }
 
 func (o Options) paths() paths {
@@ -41,6 +42,7 @@ func (o Options) paths() paths {
 		proxyCert: envoy("front-proxy-client.crt"), proxyKey: envoy("front-proxy-client.key"),
 		xdsSocket:     "unix://" + filepath.Join(o.SocketDir, "xds.sock"),
 		extprocSocket: "unix://" + filepath.Join(o.SocketDir, "extproc.sock"),
+		adminSocket:   "unix://" + filepath.Join(o.SocketDir, "envoy-admin.sock"),
 	}
 }
 
@@ -59,6 +61,7 @@ func (o Options) ServeArgs() []string {
 		"--xds-listen="+p.xdsSocket,
 		"--extproc-listen="+p.extprocSocket,
 		"--http-listen="+o.HTTPListen,
+		"--front-address="+o.frontAddress(),
 		"--front-port="+strconv.Itoa(o.FrontPort),
 		"--front-cert-file="+p.servingCert,
 		"--front-key-file="+p.servingKey,
@@ -67,6 +70,28 @@ func (o Options) ServeArgs() []string {
 		"--front-proxy-cert-file="+p.proxyCert,
 		"--front-proxy-key-file="+p.proxyKey,
 	)
+}
+
+// frontAddress is where Envoy listens: every IPv4 address, or every IPv6 address on a control plane
+// that advertises IPv6 (Envoy binds "::" IPv6-only unless told otherwise).
+func (o Options) frontAddress() string {
+	if o.ipv6() {
+		return "::"
+	}
+	return "0.0.0.0"
+}
+
+func (o Options) ipv6() bool {
+	host, _, _ := net.SplitHostPort(o.APIServerEndpoint)
+	ip := net.ParseIP(host)
+	return ip != nil && ip.To4() == nil
+}
+
+func (o Options) loopback() string {
+	if o.ipv6() {
+		return "::1"
+	}
+	return "127.0.0.1"
 }
 
 func hostPath(name, path string, typ corev1.HostPathType) corev1.Volume {
@@ -126,9 +151,9 @@ func httpProbe(path, hostPort string, period, failures int32) *corev1.Probe {
 
 // skewgatePod runs `skewgate serve` against the local apiserver. It sees its own directory (its
 // credential and the CA certificate) and the socket directory.
-func (o Options) skewgatePod(clientCertPEM []byte) *corev1.Pod {
+func (o Options) skewgatePod(clientCertPEM, caPEM []byte) *corev1.Pod {
 	p := o.paths()
-	sum := sha256.Sum256(clientCertPEM)
+	sum := sha256.Sum256(append(append(append([]byte{}, clientCertPEM...), 0), caPEM...))
 	c := corev1.Container{
 		Name: "skewgate", Image: o.SkewgateImage,
 		Command:        []string{"/skewgate"},
@@ -154,10 +179,13 @@ func (o Options) envoyPod() *corev1.Pod {
 	c := corev1.Container{
 		Name: "envoy", Image: o.EnvoyImage,
 		Command: []string{"envoy"},
-		Args:    []string{"-c", p.bootstrap, "--log-level", "warn"},
-		Ports:   []corev1.ContainerPort{{Name: "front", ContainerPort: int32(o.FrontPort), Protocol: corev1.ProtocolTCP}},
+		// A static pod is never hot-restarted, and hot restart's abstract sockets live in the host
+		// network namespace, where another Envoy on the same base id would make this one fail to
+		// start (--disable-hot-restart, source/server/options_impl.cc).
+		Args:  []string{"-c", p.bootstrap, "--log-level", "warn", "--disable-hot-restart"},
+		Ports: []corev1.ContainerPort{{Name: "front", ContainerPort: int32(o.FrontPort), Protocol: corev1.ProtocolTCP}},
 		ReadinessProbe: &corev1.Probe{
-			ProbeHandler:  corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Host: "127.0.0.1", Port: intstr.FromInt32(int32(o.FrontPort))}},
+			ProbeHandler:  corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Host: o.loopback(), Port: intstr.FromInt32(int32(o.FrontPort))}},
 			PeriodSeconds: 2, FailureThreshold: 3, TimeoutSeconds: 5,
 		},
 		Resources: resources("250m", "128Mi"),

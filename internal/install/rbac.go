@@ -39,7 +39,7 @@ func RBAC() []runtime.Object {
 		&rbacv1.ClusterRole{TypeMeta: typeMeta("ClusterRole"), ObjectMeta: meta, Rules: []rbacv1.PolicyRule{
 			{APIGroups: []string{"apiextensions.k8s.io"}, Resources: []string{"customresourcedefinitions"}, Verbs: listWatch},
 			{APIGroups: []string{"apiregistration.k8s.io"}, Resources: []string{"apiservices"}, Verbs: listWatch},
-			{NonResourceURLs: []string{"/api", "/api/*", "/apis", "/apis/*", "/version", "/readyz"}, Verbs: []string{"get"}},
+			{NonResourceURLs: []string{"/api", "/apis", "/version", "/readyz"}, Verbs: []string{"get"}},
 		}},
 		&rbacv1.ClusterRoleBinding{TypeMeta: typeMeta("ClusterRoleBinding"), ObjectMeta: meta, Subjects: subjects,
 			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: meta.Name}},

@@ -68,7 +68,7 @@ func Render(o Options) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	certPEM, keyPEM, issued, err := ca.clientCert(p.certFile, p.keyFile, o.Now())
+	certPEM, keyPEM, issued, err := ca.clientCert(p.certFile, p.keyFile, o.Now(), node.servingExpiry)
 	if err != nil {
 		return nil, err
 	}
@@ -76,8 +76,10 @@ func Render(o Options) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The admin API can stop Envoy or drain its listener: on a host-network pod a loopback port is
+	// open to every local user and pod, a socket in the root-only directory is not.
 	bo := xds.BootstrapOptions{NodeID: o.NodeName, NodeCluster: "skewgate-front", XDSAddress: p.xdsSocket, Delta: true,
-		SDSDir: filepath.Join(p.envoyDir, "sds")}
+		SDSDir: filepath.Join(p.envoyDir, "sds"), AdminAddress: p.adminSocket}
 	b, err := xds.Bootstrap(bo)
 	if err != nil {
 		return nil, fmt.Errorf("envoy bootstrap: %w", err)
@@ -94,7 +96,7 @@ func Render(o Options) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	sg, err := objectsYAML(o.skewgatePod(certPEM))
+	sg, err := objectsYAML(o.skewgatePod(certPEM, node.ca))
 	if err != nil {
 		return nil, err
 	}

@@ -229,11 +229,13 @@ func TestClientCertificateReissue(t *testing.T) {
 		otherCA  bool
 		reissue  bool
 	}{
-		{"good", pkix.Name{CommonName: User}, 200 * 24 * time.Hour, false, false},
-		{"another user", pkix.Name{CommonName: "admin"}, 200 * 24 * time.Hour, false, true},
-		{"in a group", pkix.Name{CommonName: User, Organization: []string{"system:masters"}}, 200 * 24 * time.Hour, false, true},
+		// The node's certificates (newNode) expire in 364 days.
+		{"good", pkix.Name{CommonName: User}, 364 * 24 * time.Hour, false, false},
+		{"another user", pkix.Name{CommonName: "admin"}, 364 * 24 * time.Hour, false, true},
+		{"in a group", pkix.Name{CommonName: User, Organization: []string{"system:masters"}}, 364 * 24 * time.Hour, false, true},
 		{"expiring", pkix.Name{CommonName: User}, 10 * 24 * time.Hour, false, true},
-		{"another CA", pkix.Name{CommonName: User}, 200 * 24 * time.Hour, true, true},
+		{"older than kubeadm's renewal", pkix.Name{CommonName: User}, 300 * 24 * time.Hour, false, true},
+		{"another CA", pkix.Name{CommonName: User}, 364 * 24 * time.Hour, true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := newNode(t)

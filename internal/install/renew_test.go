@@ -2,22 +2,18 @@ package install
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"encoding/pem"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
-
-	certutil "k8s.io/client-go/util/cert"
-	"k8s.io/client-go/util/keyutil"
+	"time"
 )
 
 // After kubeadm renews the node's serving certificate (in place, as `kubeadm certs renew` and
-// `kubeadm upgrade` do), running the command again replaces exactly Envoy's copies of that pair, key
-// first, by renames (so Envoy's watched directory sees them), and leaves the static pods alone: no
-// pod restarts.
+// `kubeadm upgrade` do, for a year from then), running the command again replaces Envoy's copies of
+// that pair, key first, by renames (so Envoy's watched directory sees them) and renews skewgate's own
+// certificate with them, so it never outlives kubeadm's by expiring first: only skewgate's pod
+// changes (the certificate hash annotation), never Envoy's.
 func TestRerunAfterKubeadmRenewal(t *testing.T) {
 	n := newNode(t)
 	plan, err := Render(n.options())
@@ -32,20 +28,15 @@ func TestRerunAfterKubeadmRenewal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-
-	k, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	crt, err := certutil.NewSelfSignedCACert(certutil.Config{CommonName: "kube-apiserver"}, k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyPEM, _ := keyutil.MarshalPrivateKeyToPEM(k)
-	crtPEM := pem.EncodeToMemory(&pem.Block{Type: certutil.CertificateBlockType, Bytes: crt.Raw})
-	write(t, filepath.Join(n.root, "pki", "apiserver.crt"), crtPEM, 0o644)
-	write(t, filepath.Join(n.root, "pki", "apiserver.key"), keyPEM, 0o600)
+	// kubeadm renewed it 40 days after skewgate's certificate was issued.
+	_, keyPEM := n.nodeCert(t, "apiserver", testNow.Add(405*24*time.Hour))
 
 	again, err := Render(n.options())
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !again.Issued {
+		t.Error("skewgate's certificate was kept although kubeadm renewed the node's after it")
 	}
 	changes, err := Apply(again, false, nil)
 	if err != nil {
@@ -57,9 +48,12 @@ func TestRerunAfterKubeadmRenewal(t *testing.T) {
 			changed = append(changed, c.Action+" "+c.Path)
 		}
 	}
-	want := []string{"update " + copyKey, "update " + filepath.Join(n.root, "skewgate", "envoy", "apiserver.crt")}
-	if len(changed) != 2 || changed[0] != want[0] || changed[1] != want[1] {
-		t.Errorf("changes %v, want %v (key first, nothing else)", changed, want)
+	sg := filepath.Join(n.root, "skewgate", "skewgate")
+	want := []string{"update " + filepath.Join(sg, "skewgate.key"), "update " + filepath.Join(sg, "skewgate.crt"),
+		"update " + copyKey, "update " + filepath.Join(n.root, "skewgate", "envoy", "apiserver.crt"),
+		"update " + filepath.Join(n.root, "manifests", "skewgate.yaml")}
+	if !slices.Equal(changed, want) {
+		t.Errorf("changes %v, want %v (keys first; Envoy's pod untouched)", changed, want)
 	}
 	got, _ := os.ReadFile(copyKey)
 	after, _ := os.Stat(copyKey)

@@ -65,21 +65,33 @@ func makeNode(t *testing.T, useRSA bool) *node {
 	}
 	write(t, filepath.Join(pki, "ca.crt"), pem.EncodeToMemory(&pem.Block{Type: certutil.CertificateBlockType, Bytes: ca.Raw}), 0o644)
 	write(t, filepath.Join(pki, "ca.key"), keyPEM, 0o600)
-	// The serving and front-proxy pairs are only copied and checked to match: self-signed will do.
+	// The serving and front-proxy pairs are only copied and checked to match: self-signed will do,
+	// valid for a year from a day ago, as kubeadm issued them then.
+	n := &node{root: root, ca: ca, key: key}
 	for _, name := range []string{"apiserver", "front-proxy-client"} {
-		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		crt, err := certutil.NewSelfSignedCACert(certutil.Config{CommonName: name}, k)
-		if err != nil {
-			t.Fatal(err)
-		}
-		kp, _ := keyutil.MarshalPrivateKeyToPEM(k)
-		write(t, filepath.Join(pki, name+".crt"), pem.EncodeToMemory(&pem.Block{Type: certutil.CertificateBlockType, Bytes: crt.Raw}), 0o644)
-		write(t, filepath.Join(pki, name+".key"), kp, 0o600)
+		n.nodeCert(t, name, testNow.Add(365*24*time.Hour-24*time.Hour))
 	}
-	return &node{root: root, ca: ca, key: key}
+	return n
+}
+
+// nodeCert writes pki/<name>.crt and .key as kubeadm would have issued them, expiring at notAfter.
+func (n *node) nodeCert(t *testing.T, name string, notAfter time.Time) (certPEM, keyPEM []byte) {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(9), Subject: pkix.Name{CommonName: name},
+		NotBefore: notAfter.Add(-365 * 24 * time.Hour), NotAfter: notAfter, KeyUsage: x509.KeyUsageDigitalSignature}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyPEM, _ = keyutil.MarshalPrivateKeyToPEM(k)
+	certPEM = pem.EncodeToMemory(&pem.Block{Type: certutil.CertificateBlockType, Bytes: der})
+	write(t, filepath.Join(n.root, "pki", name+".crt"), certPEM, 0o644)
+	write(t, filepath.Join(n.root, "pki", name+".key"), keyPEM, 0o600)
+	return certPEM, keyPEM
 }
 
 func (n *node) options() Options {

@@ -59,6 +59,20 @@ func TestKubeadmInstall(t *testing.T) {
 			t.Errorf("kubectl %v as skewgate: %v %q, want forbidden", req, err, stderr)
 		}
 	}
+	// What discovery reads, each allowed: a missing rule would only slow the first Topology down
+	// (discovery builds without informers after its initial timeout), so it is asked for by name.
+	for _, check := range [][]string{
+		{"list", "leases", "-n", "kube-system"}, {"watch", "leases", "-n", "kube-system"},
+		{"list", "endpointslices/kubernetes", "-n", "default"}, {"watch", "endpointslices/kubernetes", "-n", "default"},
+		{"list", "customresourcedefinitions.apiextensions.k8s.io"}, {"watch", "customresourcedefinitions.apiextensions.k8s.io"},
+		{"list", "apiservices.apiregistration.k8s.io"}, {"watch", "apiservices.apiregistration.k8s.io"},
+		{"get", "/api"}, {"get", "/apis"}, {"get", "/version"}, {"get", "/readyz"},
+	} {
+		out, _, _ := kubectl(admin, append([]string{"auth", "can-i", "--as", kubeadm.User}, check...)...)
+		if strings.TrimSpace(out) != "yes" {
+			t.Errorf("skewgate cannot %v: %q", check, out)
+		}
+	}
 	for _, check := range [][]string{
 		{"get", "leases", "-n", "kube-system"}, {"list", "leases", "-n", "default"}, {"update", "leases", "-n", "kube-system"},
 		{"delete", "endpointslices/kubernetes", "-n", "default"}, {"create", "customresourcedefinitions"}, {"get", "customresourcedefinitions"},
