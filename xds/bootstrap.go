@@ -6,6 +6,7 @@ import (
 	"net"
 	"path"
 	"strings"
+	"time"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"sigs.k8s.io/yaml"
 
@@ -179,7 +181,7 @@ func Bootstrap(o BootstrapOptions) (*bootstrapv3.Bootstrap, error) {
 				TransportApiVersion:       corev3.ApiVersion_V3,
 				SetNodeOnFirstMessageOnly: true,
 				GrpcServices: []*corev3.GrpcService{{TargetSpecifier: &corev3.GrpcService_EnvoyGrpc_{
-					EnvoyGrpc: &corev3.GrpcService_EnvoyGrpc{ClusterName: wire.XDSCluster},
+					EnvoyGrpc: &corev3.GrpcService_EnvoyGrpc{ClusterName: wire.XDSCluster, RetryPolicy: xdsReconnect},
 				}}},
 			},
 			CdsConfig: adsSource(),
@@ -220,3 +222,14 @@ func adminAddress(addr string) (*corev3.Address, error) {
 	}
 	return socketAddress(host, port), nil
 }
+
+// xdsReconnect is how soon Envoy redials skewgate after the ADS stream failed: jittered exponential
+// back-off from 100 ms to at most 1 s. Without it Envoy backs off from 500 ms to 30 s
+// (SubscriptionFactory::RetryInitialDelayMs/RetryMaxDelayMs), so an Envoy that started before its
+// skewgate, as static pods after a cold start may, could wait half a minute for its first listener.
+// Envoy reads it from the first gRPC service of ads_config (Config::Utility::
+// prepareJitteredExponentialBackOffStrategy, source/common/config/utility.h, read at main).
+var xdsReconnect = &corev3.RetryPolicy{RetryBackOff: &corev3.BackoffStrategy{
+	BaseInterval: durationpb.New(100 * time.Millisecond),
+	MaxInterval:  durationpb.New(time.Second),
+}}
