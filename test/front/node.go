@@ -48,7 +48,8 @@ type NodeOptions struct {
 // reaches skewgate's xDS and ext_proc over unix sockets in Dir. Nothing goes through DNS, a Service
 // or a front. Each part starts and stops on its own, and starts again on the same socket paths.
 //
-// The data plane is always the test data plane (test/dataplane): ENVOY_BIN is not used here.
+// The data plane is a real Envoy when ENVOY_BIN is set (the bootstrap the kubeadm install renders),
+// else the test data plane (test/dataplane) standing in for it.
 type Node struct {
 	// Name is the local apiserver's name.
 	Name         string
@@ -76,8 +77,9 @@ type skewgateRun struct {
 type dataPlaneRun struct {
 	seed   uint64
 	cancel context.CancelFunc
-	ready  chan struct{} // closed when dataplane.Start returned
+	ready  chan struct{} // closed when dataplane.Start returned (Envoy: its front port accepts)
 	dp     *dataplane.DataPlane
+	envoy  *envoyRun
 	err    error
 }
 
@@ -204,6 +206,19 @@ func (n *Node) StartDataPlane() (uint64, error) {
 	if n.dp != nil {
 		return 0, fmt.Errorf("front: data plane of node %s is already running", n.Name)
 	}
+	if bin := os.Getenv("ENVOY_BIN"); bin != "" {
+		ctx, cancel := context.WithCancel(context.Background())
+		r := &dataPlaneRun{cancel: cancel, ready: make(chan struct{})}
+		e, err := n.startEnvoy(ctx, bin, r.ready, &r.err)
+		if err != nil {
+			cancel()
+			return 0, err
+		}
+		r.envoy = e
+		n.dp = r
+		n.o.Logf("node %s: front %s served by Envoy (%s)", n.Name, n.URL, bin)
+		return 0, nil
+	}
 	cfg, err := dataPlaneConfig("unix://"+n.xdsSock, n.o.Logf)
 	if err != nil {
 		return 0, err
@@ -255,6 +270,9 @@ func (n *Node) StopDataPlane() {
 	<-r.ready
 	if r.dp != nil {
 		r.dp.Close()
+	}
+	if r.envoy != nil {
+		r.envoy.stop()
 	}
 }
 

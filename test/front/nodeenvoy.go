@@ -1,0 +1,85 @@
+package front
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/skewgate/skewgate/xds"
+)
+
+// envoyRun is a node's real Envoy (ENVOY_BIN): the bootstrap `skewgate kubeadm install` renders for
+// the co-located deployment (xDS over the node's unix socket, the admin API on a socket beside it,
+// no hot restart), as a process of its own that stops and starts like the static pod.
+type envoyRun struct {
+	cmd  *exec.Cmd
+	log  *os.File
+	done chan struct{}
+}
+
+// startEnvoy starts bin for node n; ready is closed (with *errp set on failure) once the front port
+// accepts connections, which Envoy does only after its first listener arrived and warmed.
+func (n *Node) startEnvoy(ctx context.Context, bin string, ready chan struct{}, errp *error) (*envoyRun, error) {
+	b, err := xds.Bootstrap(xds.BootstrapOptions{NodeID: "node-" + n.Name, NodeCluster: "skewgate-front",
+		XDSAddress: "unix://" + n.xdsSock, Delta: true, AdminAddress: "unix://" + filepath.Join(n.o.Dir, "envoy-admin.sock")})
+	if err != nil {
+		return nil, err
+	}
+	y, err := xds.BootstrapYAML(b)
+	if err != nil {
+		return nil, err
+	}
+	path := filepath.Join(n.o.Dir, "envoy.yaml")
+	if err := os.WriteFile(path, y, 0o600); err != nil {
+		return nil, err
+	}
+	logf, err := os.OpenFile(filepath.Join(n.o.Dir, "envoy.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, "-c", path, "--log-level", "warn", "--disable-hot-restart")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, err
+	}
+	r := &envoyRun{cmd: cmd, log: logf, done: make(chan struct{})}
+	go func() { cmd.Wait(); close(r.done) }()
+	go func() {
+		defer close(ready)
+		for {
+			if c, err := net.DialTimeout("tcp", n.Address, time.Second); err == nil {
+				c.Close()
+				return
+			}
+			select {
+			case <-ctx.Done():
+				*errp = fmt.Errorf("front: Envoy of node %s has no listener: %w", n.Name, ctx.Err())
+				return
+			case <-r.done:
+				*errp = errors.New("front: Envoy of node " + n.Name + " exited; see " + logf.Name())
+				return
+			case <-time.After(20 * time.Millisecond): // polling the port: Envoy announces nothing
+			}
+		}
+	}()
+	return r, nil
+}
+
+func (r *envoyRun) stop() {
+	r.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-r.done:
+	case <-time.After(5 * time.Second):
+		r.cmd.Process.Kill()
+		<-r.done
+	}
+	r.log.Close()
+}
