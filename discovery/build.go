@@ -188,6 +188,20 @@ func Build(version string, now time.Time, facts []UpstreamFacts) *Topology {
 			}
 		}
 	}
+	if members, all := schemaSet(t.Upstreams); !all {
+		anyReady := false
+		for _, m := range members {
+			u, _ := t.Upstream(m)
+			anyReady = anyReady || u.Ready
+		}
+		if anyReady {
+			id := NewSetID(members)
+			t.schemas = Decision{Action: ActionRoute, Set: id}
+			if len(members) > 1 {
+				sets[id] = CapabilitySet{ID: id, Members: members}
+			}
+		}
+	}
 	for _, s := range sets {
 		t.Sets = append(t.Sets, s)
 	}

@@ -159,7 +159,8 @@ type Topology struct {
 	// API is the merged /api (core group) document, APIs the merged /apis document.
 	API, APIs MergedDiscovery
 
-	routes map[ResourceKey]route
+	routes  map[ResourceKey]route
+	schemas Decision // DecideSchemas
 }
 
 // Decide returns what to do with a request for key and verb (get, list, watch, create, update,

@@ -194,6 +194,11 @@ func (s *Server) decide(r *headersRead) (string, *extprocv3.ProcessingResponse, 
 		}
 		return OutcomePassthrough, s.continueWith(r, all, id), nil
 	case NonResource:
+		if t != nil && isSchemaPath(r.path) {
+			if d := t.DecideSchemas(); d.Action == discovery.ActionRoute {
+				return s.routeTo(r, t, c, d, anonymous, id)
+			}
+		}
 		return OutcomePassthrough, s.continueWith(r, all, id), nil
 	}
 	if t == nil {
@@ -205,17 +210,26 @@ func (s *Server) decide(r *headersRead) (string, *extprocv3.ProcessingResponse, 
 	d := t.Decide(c.Key, c.Verb)
 	switch d.Action {
 	case discovery.ActionRoute:
-		cluster := r.target(s.clustersFor(t).of(d.Set), anonymous)
-		if s.gate != nil && !s.gate.ClusterReady(cluster) {
-			return OutcomePending, immediate(http.StatusServiceUnavailable, string(metav1.StatusReasonServiceUnavailable),
-				fmt.Sprintf("routing to the apiservers that serve %s is being set up, retry", c.Key.String())), nil
-		}
-		return OutcomeRouted, s.continueWith(r, cluster, id), nil
+		return s.routeTo(r, t, c, d, anonymous, id)
 	case discovery.ActionUnavailable:
 		return OutcomeUnavailable, immediate(http.StatusServiceUnavailable, string(metav1.StatusReasonServiceUnavailable),
 			fmt.Sprintf("no apiserver that serves %s is available, retry later", c.Key.String())), nil
 	}
 	return OutcomeDefault, s.continueWith(r, all, id), nil
+}
+
+// routeTo sends the request to the cluster of d's set, once every Envoy has it.
+func (s *Server) routeTo(r *headersRead, t *discovery.Topology, c Request, d discovery.Decision, anonymous bool, id *identity) (string, *extprocv3.ProcessingResponse, *extprocv3.ProcessingResponse) {
+	cluster := r.target(s.clustersFor(t).of(d.Set), anonymous)
+	if s.gate != nil && !s.gate.ClusterReady(cluster) {
+		what := "the API schemas"
+		if c.Kind == Resource {
+			what = c.Key.String()
+		}
+		return OutcomePending, immediate(http.StatusServiceUnavailable, string(metav1.StatusReasonServiceUnavailable),
+			fmt.Sprintf("routing to the apiservers that serve %s is being set up, retry", what)), nil
+	}
+	return OutcomeRouted, s.continueWith(r, cluster, id), nil
 }
 
 // target is the twin of cluster that carries this request: the HTTP/1.1 twin for an upgrade (exec,

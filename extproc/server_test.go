@@ -272,6 +272,7 @@ func routeHeader(t testing.TB, m *extprocv3.HeaderMutation) string {
 func TestProcessTable(t *testing.T) {
 	h := startServer(t)
 	newOnly := want{cluster: wire.UpstreamCluster("new")}
+	schemas := want{cluster: wire.SetCluster([]string{"gone", "new"})}
 	unavailable := want{code: 503, reason: "ServiceUnavailable"}
 	bad := want{code: 400, reason: "BadRequest"}
 	pass := want{cluster: wire.AllCluster}
@@ -323,9 +324,14 @@ func TestProcessTable(t *testing.T) {
 		{"GET", "/livez", pass},
 		{"GET", "/version", pass},
 		{"GET", "/metrics", pass},
-		{"GET", "/openapi/v3", pass},
-		{"GET", "/openapi/v3/apis/admissionregistration.k8s.io/v1", pass},
-		{"GET", "/openapi/v2", pass},
+		// the API schemas: the most capable upstreams (gone and new serve the most resources; new
+		// is ready), never a mix of apiservers
+		{"GET", "/openapi/v3", schemas},
+		{"GET", "/openapi/v3/apis/admissionregistration.k8s.io/v1?hash=ABC", schemas},
+		{"GET", "/openapi/v2", schemas},
+		{"GET", "/openapi", schemas},
+		{"GET", "/openapiv2", pass},
+		{"GET", "/openapi-x/v3", pass},
 		{"GET", "/", pass},
 		// odd and malformed
 		{"GET", "//", pass},
@@ -472,5 +478,16 @@ func BenchmarkProcessRoundTrip(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		h.roundTrip(b, req)
+	}
+}
+
+func TestIsSchemaPath(t *testing.T) {
+	for path, want := range map[string]bool{
+		"/openapi": true, "/openapi/v2": true, "/openapi/v3/apis/apps/v1?hash=X": true, "/openapi?x": true,
+		"/openapiv2": false, "/openapi-x": false, "/apis/openapi": false, "/": false, "/OPENAPI/v2": false,
+	} {
+		if got := isSchemaPath(path); got != want {
+			t.Errorf("isSchemaPath(%q) = %v, want %v", path, got, want)
+		}
 	}
 }
