@@ -118,6 +118,7 @@ func Start(ctx context.Context, o *Options, lis Listeners, log *zap.Logger) (_ *
 			return nil, nil, fmt.Errorf("kubeconfig: %w", err)
 		}
 		rc.UserAgent = "skewgate"
+		reg.MustRegister(clientCertExpiry(rc))
 		up := rest.CopyConfig(rc)
 		if o.UpstreamCAFile != "" {
 			up.TLSClientConfig.CAFile, up.TLSClientConfig.CAData = o.UpstreamCAFile, nil
