@@ -13,6 +13,8 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"go.uber.org/zap"
+
+	"github.com/skewgate/skewgate/discovery"
 )
 
 // keptVersions bounds how many published cluster sets are remembered for matching ACKs.
@@ -26,8 +28,10 @@ type push struct {
 type stream struct {
 	node    string
 	pending map[string]push // by nonce
-	// clusters is the cluster set of the last CDS version this stream ACKed; nil before the first.
+	// clusters is the cluster set of the last CDS version this stream ACKed, acked that version;
+	// nil and "" before the first.
 	clusters map[string]bool
+	acked    string
 	// nacked is, per type URL we sent, a digest of the version and detail of the latest NACK not
 	// followed by an ACK. It is all that is remembered of NACKs: one entry per type, dropped with
 	// the stream, so an Envoy that keeps rejecting (or sends ever-new details) cannot grow memory.
@@ -53,12 +57,16 @@ type acks struct {
 	published map[string]map[string]bool // CDS version -> cluster names
 	order     []string                   // published versions, oldest first
 	latest    map[string]bool
+	// topologies are the Topologies of the published versions (acktopology.go).
+	topologies map[string]*discovery.Topology
 
-	ready atomic.Pointer[map[string]bool]
+	ready   atomic.Pointer[map[string]bool]
+	current atomic.Pointer[discovery.Topology]
 }
 
 func newAcks(log *zap.Logger, m *metrics, now func() time.Time) *acks {
-	a := &acks{log: log, m: m, now: now, streams: map[int64]*stream{}, published: map[string]map[string]bool{}}
+	a := &acks{log: log, m: m, now: now, streams: map[int64]*stream{}, published: map[string]map[string]bool{},
+		topologies: map[string]*discovery.Topology{}}
 	empty := map[string]bool{}
 	a.ready.Store(&empty)
 	return a
@@ -67,8 +75,8 @@ func newAcks(log *zap.Logger, m *metrics, now func() time.Time) *acks {
 // Ready reports whether every connected Envoy has the cluster. Lock-free: called per request.
 func (a *acks) Ready(cluster string) bool { return (*a.ready.Load())[cluster] }
 
-// published records the clusters of a new snapshot version.
-func (a *acks) publish(version string, clusters []string) {
+// published records the clusters of a new snapshot version, translated from t.
+func (a *acks) publish(version string, clusters []string, t *discovery.Topology) {
 	set := make(map[string]bool, len(clusters))
 	for _, c := range clusters {
 		set[c] = true
@@ -76,9 +84,11 @@ func (a *acks) publish(version string, clusters []string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.published[version] = set
+	a.topologies[version] = t
 	a.order = append(a.order, version)
 	if len(a.order) > keptVersions {
 		delete(a.published, a.order[0])
+		delete(a.topologies, a.order[0])
 		a.order = a.order[1:]
 	}
 	a.latest = set
@@ -106,11 +116,13 @@ func (a *acks) recompute() {
 	}
 	a.ready.Store(&ready)
 	a.m.readyClusters.Set(float64(len(ready)))
+	a.current.Store(a.everyEnvoyHas())
 }
 
 func (a *acks) open(id int64, mode string) {
 	a.mu.Lock()
 	a.streams[id] = &stream{pending: map[string]push{}, nacked: map[string][sha256.Size]byte{}}
+	a.recompute()
 	a.mu.Unlock()
 	a.m.streams.WithLabelValues(mode).Inc()
 }
@@ -181,7 +193,7 @@ func (a *acks) received(id int64, node *corev3.Node, nonce string, nack *string)
 	a.m.acks.WithLabelValues(typ).Inc()
 	if p.typeURL == resourcev3.ClusterType {
 		if set, ok := a.published[p.version]; ok {
-			s.clusters = set
+			s.clusters, s.acked = set, p.version
 			a.recompute()
 		}
 	}

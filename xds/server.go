@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -81,9 +80,6 @@ type Server struct {
 	// last holds the clusters of the last snapshot that are in the Topology, to retain when they leave.
 	last map[string]*clusterv3.Cluster
 
-	// published is the Topology of the snapshot Envoy is being served (nil before the first).
-	published atomic.Pointer[discovery.Topology]
-
 	mu      sync.Mutex
 	version string
 	changed chan struct{}
@@ -143,11 +139,9 @@ func (s *Server) Register(g *grpc.Server) {
 // such clusters.
 func (s *Server) ClusterReady(cluster string) bool { return s.acks.Ready(cluster) }
 
-// Current returns the Topology whose translation is the snapshot being served, nil before the
-// first. ext_proc decides with it rather than with discovery's newest Topology: until a Topology is
-// translated and in the snapshot (the first one after a restart included), the clusters its
-// decisions name are not in Envoy, and Envoy's own route table, kept from before, decides better.
-func (s *Server) Current() *discovery.Topology { return s.published.Load() }
+// Current returns the Topology ext_proc decides with: the newest one whose snapshot every connected
+// Envoy has acknowledged, nil while there is none (acktopology.go).
+func (s *Server) Current() *discovery.Topology { return s.acks.currentTopology() }
 
 // Version returns the last published snapshot version ("" before the first) and a channel closed at
 // the next publication.
@@ -240,7 +234,7 @@ func (s *Server) publish(ctx context.Context, t *discovery.Topology) time.Time {
 	}
 	if hash == s.lastHash {
 		// The same snapshot: t decides exactly as the Topology it was translated from.
-		s.published.Store(t)
+		s.acks.replaceLatest(t)
 		s.m.publishes.WithLabelValues(publishUnchanged).Inc()
 		return s.nextExpiry()
 	}
@@ -252,7 +246,7 @@ func (s *Server) publish(ctx context.Context, t *discovery.Topology) time.Time {
 	}
 	if err == nil {
 		// Record the clusters before Envoy can ACK them.
-		s.acks.publish(version, rs.ClusterNames())
+		s.acks.publish(version, rs.ClusterNames(), t)
 		err = s.cache.SetSnapshot(ctx, nodeGroup, snap)
 	}
 	if err != nil {
@@ -261,7 +255,6 @@ func (s *Server) publish(ctx context.Context, t *discovery.Topology) time.Time {
 		return s.nextExpiry()
 	}
 	s.lastHash = hash
-	s.published.Store(t)
 	s.m.publishes.WithLabelValues(publishOK).Inc()
 	s.m.translate.Observe(time.Since(start).Seconds())
 	s.m.clusters.Set(float64(len(rs.Clusters)))

@@ -204,26 +204,53 @@ func TestNoSnapshotBeforeFirstTopology(t *testing.T) {
 	}
 }
 
-// TestCurrentIsThePublishedTopology: ext_proc decides with the Topology whose snapshot is being
-// served, never with one discovery has but xds has not published: none before the first snapshot,
-// then each one only once its snapshot is set.
-func TestCurrentIsThePublishedTopology(t *testing.T) {
-	src := newFakeSource(nil)
+// TestCurrentIsWhatEveryEnvoyHas: ext_proc decides with the Topology whose snapshot every connected
+// Envoy has acknowledged: none with no Envoy or before its first ACK (a restarted skewgate: Envoy
+// still serves the previous process's config), the older one until the newer is acknowledged, and
+// none again while another Envoy has acknowledged nothing.
+func TestCurrentIsWhatEveryEnvoyHas(t *testing.T) {
+	first, second := loadScenario(t, "testdata/two-same-version.in.yaml"), loadScenario(t, "testdata/skewed.in.yaml")
+	src := newFakeSource(first)
 	ts := startServer(t, src, time.Hour)
+	waitUntil(t, "the first snapshot", func() bool { v, _ := ts.Version(); return v != "" })
 	if c := ts.Current(); c != nil {
-		t.Fatalf("Current before any Topology: %s", c.Version)
+		t.Fatalf("Current with no Envoy connected: %s", c.Version)
 	}
-	for _, name := range []string{"two-same-version", "skewed", "three-two-sets"} {
-		top := loadScenario(t, "testdata/"+name+".in.yaml")
-		v, changed := ts.Version()
-		src.Set(top)
-		select {
-		case <-changed:
-		case <-time.After(10 * time.Second):
-			t.Fatalf("%s: no snapshot after %s", name, v)
-		}
-		if c := ts.Current(); c != top {
-			t.Errorf("%s: Current is %v after its snapshot was published", name, c)
-		}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := sotw.NewADSClient(ctx, testNode, resourcev3.ClusterType)
+	if err := c.InitConnect(ts.conn); err != nil {
+		t.Fatal(err)
 	}
+	fetchClusters(t, c)
+	if got := ts.Current(); got != nil {
+		t.Fatalf("Current before the Envoy acknowledged anything: %s", got.Version)
+	}
+	if err := c.Ack(); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the first Topology after the ACK", func() bool { return ts.Current() == first })
+
+	src.Set(second)
+	fetchClusters(t, c)
+	if got := ts.Current(); got != first {
+		t.Fatalf("Current moved to %v before the Envoy acknowledged the new snapshot", got)
+	}
+	if err := c.Ack(); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the second Topology after its ACK", func() bool { return ts.Current() == second })
+
+	// A second Envoy that has acknowledged nothing holds ext_proc back to the route table.
+	c2 := sotw.NewADSClient(ctx, &corev3.Node{Id: "front-2", UserAgentName: testNode.UserAgentName,
+		UserAgentVersionType: testNode.UserAgentVersionType}, resourcev3.ClusterType)
+	if err := c2.InitConnect(ts.conn); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "nothing while the second Envoy has acknowledged nothing", func() bool { return ts.Current() == nil })
+	fetchClusters(t, c2)
+	if err := c2.Ack(); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the Topology both have", func() bool { return ts.Current() == second })
 }

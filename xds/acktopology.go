@@ -1,0 +1,49 @@
+package xds
+
+import (
+	"slices"
+
+	"github.com/skewgate/skewgate/discovery"
+)
+
+// Which Topology ext_proc decides with. A decision names clusters, and a request Envoy sends to a
+// cluster it does not have yet gets a 503; a decision from a Topology Envoy never received also
+// overrides the route table Envoy keeps, whose skew routes are right for the Topology it has. So
+// ext_proc decides with the newest Topology whose snapshot every connected Envoy has acknowledged
+// (its clusters: the CDS ACK), and with none (Server.Current returns nil: ext_proc names no cluster
+// and Envoy's own route table decides) while an Envoy has acknowledged nothing from this process
+// or no Envoy is connected. That covers a restarted skewgate, whose first snapshot the Envoy has
+// not acknowledged yet while it still serves with the config of the previous process, even when the
+// Topology changed across the restart.
+
+// everyEnvoyHas returns the Topology of the newest version every stream has acknowledged, or nil.
+// Called with a.mu held.
+func (a *acks) everyEnvoyHas() *discovery.Topology {
+	if len(a.streams) == 0 {
+		return nil
+	}
+	oldest := len(a.order)
+	for _, s := range a.streams {
+		i := slices.Index(a.order, s.acked)
+		if i < 0 {
+			return nil // nothing acknowledged yet, or a version too old to remember
+		}
+		oldest = min(oldest, i)
+	}
+	return a.topologies[a.order[oldest]]
+}
+
+// replaceLatest records that t translates to the latest published snapshot too (a Topology that
+// changed nothing Envoy sees): ext_proc may decide with it once that snapshot is acknowledged.
+func (a *acks) replaceLatest(t *discovery.Topology) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.order) == 0 {
+		return
+	}
+	a.topologies[a.order[len(a.order)-1]] = t
+	a.recompute()
+}
+
+// current is the Topology ext_proc decides with (lock-free: read per request).
+func (a *acks) currentTopology() *discovery.Topology { return a.current.Load() }
