@@ -75,7 +75,7 @@ func (d *DataPlane) maybeActivate() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	w := d.warming
-	if w == nil || d.routeConfig(w.routeName) == nil {
+	if w == nil || d.ctx.Err() != nil || d.routeConfig(w.routeName) == nil {
 		return
 	}
 	for _, n := range w.secrets {
@@ -85,6 +85,9 @@ func (d *DataPlane) maybeActivate() {
 	}
 	d.warming = nil
 	if d.server == nil {
+		if d.bound == nil {
+			return // closed
+		}
 		lis, err := d.bound.listen()
 		d.bound = nil
 		if err != nil {
