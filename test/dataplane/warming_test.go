@@ -19,6 +19,7 @@ import (
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
@@ -169,6 +170,9 @@ func TestNoConnectionBeforeClustersInitialized(t *testing.T) {
 			// time to arrive if the data plane asked for them.
 			time.Sleep(300 * time.Millisecond)
 			s.refused("first health check in flight")
+			if s.f.x.asked(resourcev3.ListenerType) {
+				t.Error("listeners (LDS) were asked for before the clusters initialized")
+			}
 			u.release()
 			f := s.serving()
 			code, body := get(t, f.client(false), f.url("/"))
@@ -176,6 +180,19 @@ func TestNoConnectionBeforeClustersInitialized(t *testing.T) {
 				t.Errorf("first request: %d %q, want %d %q", code, body, tc.status, tc.body)
 			}
 		})
+	}
+}
+
+// TestRejectedFirstCDSLetsStartupContinue: a first CDS response the data plane rejects still ends
+// CDS initialization (Envoy's CdsApiImpl::onConfigUpdateFailed); the listener serves, and a route
+// to the rejected cluster answers cluster_not_found.
+func TestRejectedFirstCDSLetsStartupContinue(t *testing.T) {
+	bad := plainCluster("a", "127.0.0.1:1")
+	bad.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: clusterv3.Cluster_ORIGINAL_DST} // not supported: NACK
+	s := startAsync(t, false, routes(routeTo("all", "a")), bad)
+	f := s.serving()
+	if code, body := get(t, f.client(false), f.url("/")); code != 503 || !strings.Contains(body, "cluster_not_found") {
+		t.Errorf("route to the rejected cluster: %d %q, want 503 cluster_not_found", code, body)
 	}
 }
 
