@@ -134,6 +134,7 @@ func (d *DataPlane) promote(c *cluster) {
 		old.stop()
 	}
 	d.logf("cluster %s warmed and active (%d hosts)", c.name, len(c.hosts))
+	d.checkClusterInit()
 }
 
 // warm reports whether every cluster of the last CDS update is active.

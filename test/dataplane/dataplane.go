@@ -62,15 +62,24 @@ type DataPlane struct {
 	rng      *rand.Rand
 	clusters clusterManager
 	secrets  *secretStore
-	routes   atomic.Pointer[routev3.RouteConfiguration]
-	chain    atomic.Pointer[chain]
-	// listenerSecrets are the SDS secrets the listener's TLS context names.
-	listenerSecrets atomic.Pointer[[]string]
+	// routes are the accepted route configurations by name (RDS).
+	routes atomic.Pointer[map[string]*routev3.RouteConfiguration]
+	// chain is the active listener: the one connections are served with.
+	chain atomic.Pointer[chain]
+	// cmInit is closed once the cluster manager initialized: the first CDS response was handled
+	// and every cluster it (or a later update before then) brought finished initializing.
+	cmInit     chan struct{}
+	cmInitOnce sync.Once
+	cdsDone    atomic.Bool
 
-	mu       sync.Mutex
+	mu sync.Mutex
+	// warming is the listener of the last accepted LDS response while it waits for its route
+	// configuration and secrets (and, before the first listener serves, for the cluster manager).
+	warming  *chain
+	bound    *boundSocket // the listener's socket, bound but not listening yet
 	server   *http.Server
 	addr     string
-	ready    chan struct{} // closed once the listener serves with routes
+	ready    chan struct{} // closed once the first listener serves
 	readyOne sync.Once
 	ctx      context.Context
 	cancel   context.CancelFunc
@@ -127,7 +136,7 @@ func Start(ctx context.Context, cfg Config) (*DataPlane, error) {
 	}
 	rctx, cancel := context.WithCancel(context.Background())
 	d := &DataPlane{cfg: cfg, seed: seed, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
-		ready: make(chan struct{}), ctx: rctx, cancel: cancel, done: make(chan struct{})}
+		ready: make(chan struct{}), cmInit: make(chan struct{}), ctx: rctx, cancel: cancel, done: make(chan struct{})}
 	d.secrets = newSecretStore(rctx, d.logf)
 	d.clusters = clusterManager{active: map[string]*cluster{}, warming: map[string]*cluster{}}
 	d.logf("test data plane standing in for Envoy (seed %d); Envoy %s over %s xDS", seed, cfg.EnvoyVersion, cfg.Protocol)
@@ -190,6 +199,10 @@ func (d *DataPlane) Close() {
 	d.mu.Lock()
 	if d.server != nil {
 		d.server.Close()
+	}
+	if d.bound != nil {
+		d.bound.close()
+		d.bound = nil
 	}
 	d.mu.Unlock()
 	d.clusters.stopAll()

@@ -8,7 +8,12 @@
 // the releases it holds at, and the test here that shows it. In short:
 //
 //   - xDS: ADS over delta (default, as skewgate's bootstrap) or SotW; node with user_agent_name
-//     "envoy" and user_agent_build_version (Config.EnvoyVersion); CDS, then LDS, RDS and SDS by name.
+//     "envoy" and user_agent_build_version (Config.EnvoyVersion); CDS, then LDS once the clusters
+//     initialized, RDS and SDS by name.
+//   - Startup: no connection is accepted (the socket is not listening) before the clusters of the
+//     first CDS response initialized (one health check round, failed checks included) and the
+//     listener's routes and SDS secrets arrived; later listener updates warm likewise while the
+//     active listener serves.
 //   - Connection manager: underscore headers per headers_with_underscores_action (400 + close on
 //     HTTP/1, stream reset on HTTP/2); path normalization; XFF appended with use_remote_address;
 //     internal_only_headers removed from non-internal requests (internal_address_config, none by

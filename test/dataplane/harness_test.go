@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -39,6 +40,7 @@ type xdsServer struct {
 	version int
 	mu      sync.Mutex
 	nodes   []*corev3.Node // node of every request that carried one
+	types   []string       // type URL of every request, in order
 }
 
 func startXDS(t *testing.T) *xdsServer {
@@ -46,11 +48,11 @@ func startXDS(t *testing.T) *xdsServer {
 	x := &xdsServer{cache: cachev3.NewSnapshotCache(true, cachev3.IDHash{}, nil)}
 	cb := serverv3.CallbackFuncs{
 		StreamRequestFunc: func(_ int64, r *discoveryv3.DiscoveryRequest) error {
-			x.record(r.Node)
+			x.record(r.Node, r.TypeUrl)
 			return nil
 		},
 		StreamDeltaRequestFunc: func(_ int64, r *discoveryv3.DeltaDiscoveryRequest) error {
-			x.record(r.Node)
+			x.record(r.Node, r.TypeUrl)
 			return nil
 		},
 	}
@@ -67,12 +69,20 @@ func startXDS(t *testing.T) *xdsServer {
 	return x
 }
 
-func (x *xdsServer) record(n *corev3.Node) {
+func (x *xdsServer) record(n *corev3.Node, typeURL string) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
 	if n != nil {
-		x.mu.Lock()
 		x.nodes = append(x.nodes, n)
-		x.mu.Unlock()
 	}
+	x.types = append(x.types, typeURL)
+}
+
+// asked reports whether a request for the type arrived.
+func (x *xdsServer) asked(typeURL string) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return slices.Contains(x.types, typeURL)
 }
 
 // set publishes a new snapshot version with these resources.

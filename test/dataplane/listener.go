@@ -4,11 +4,9 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
-	"net/http"
-	"strconv"
 	"strings"
-	"sync/atomic"
 
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
@@ -35,6 +33,11 @@ type chain struct {
 	upgrades map[string]bool
 	internal *internalAddresses
 	local    net.Addr
+	// tls is the listener's server TLS, routeName its RDS route configuration, secrets the SDS
+	// secrets its TLS context names: what the listener warms for.
+	tls       *tls.Config
+	routeName string
+	secrets   []string
 }
 
 func (d *DataPlane) buildChain(l *listenerv3.Listener) (*chain, error) {
@@ -88,7 +91,10 @@ func (d *DataPlane) buildChain(l *listenerv3.Listener) (*chain, error) {
 }
 
 // applyListener takes the complete set of listeners (skewgate serves one); it returns the route
-// configuration and the SDS secrets the listener names.
+// configuration and the SDS secrets the listener names. The listener is not served at once: it
+// warms (see maybeActivate) and replaces the active one only when its routes and secrets are there.
+// The first listener's socket is bound here, so that a taken address is a NACK, as in Envoy, but
+// listens only when the listener is activated.
 func (d *DataPlane) applyListener(resources []*anypb.Any) (routes, secrets []string, err error) {
 	if len(resources) != 1 {
 		return nil, nil, fmt.Errorf("want one listener, got %d", len(resources))
@@ -111,73 +117,60 @@ func (d *DataPlane) applyListener(resources []*anypb.Any) (routes, secrets []str
 	if err != nil {
 		return nil, nil, err
 	}
+	ch.tls = tc
+	ch.routeName = ch.hcm.GetRds().GetRouteConfigName()
+	ch.secrets = secretNames(l.FilterChains[0].TransportSocket)
 	sa := l.GetAddress().GetSocketAddress()
-	addr := net.JoinHostPort(sa.GetAddress(), strconv.Itoa(int(sa.GetPortValue())))
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.server == nil {
-		lis, err := net.Listen("tcp", addr)
+	if d.server == nil && d.bound == nil {
+		b, err := bindTCP(sa.GetAddress(), int(sa.GetPortValue()))
 		if err != nil {
-			return nil, nil, fmt.Errorf("bind %s: %w", addr, err)
+			d.mu.Unlock()
+			return nil, nil, err
 		}
-		d.addr = lis.Addr().String()
-		// The TLS config is taken per connection so a listener update applies to new connections.
-		var current atomic.Pointer[tls.Config]
-		current.Store(tc)
-		d.tlsSwap = &current
-		srv := &http.Server{
-			Handler:           http.HandlerFunc(d.serveHTTP),
-			ReadHeaderTimeout: ch.hcm.GetRequestHeadersTimeout().AsDuration(),
-			TLSConfig: &tls.Config{NextProtos: tc.NextProtos, GetConfigForClient: func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
-				return current.Load().GetConfigForClient(hello)
-			}},
-			ErrorLog: discardLog,
-		}
-		d.server = srv
-		go srv.ServeTLS(lis, "", "")
-	} else {
-		d.tlsSwap.Store(tc)
+		d.bound, d.addr = b, b.addr
 	}
-	d.chain.Store(ch)
-	refs := secretNames(l.FilterChains[0].TransportSocket)
-	d.listenerSecrets.Store(&refs)
-	return []string{ch.hcm.GetRds().GetRouteConfigName()}, refs, nil
+	d.warming = ch // a listener still warming is replaced in place
+	d.mu.Unlock()
+	d.maybeActivate()
+	return []string{ch.routeName}, ch.secrets, nil
 }
 
+// applyRoutes takes the route configurations of an RDS response (one per subscribed name).
 func (d *DataPlane) applyRoutes(resources []*anypb.Any) error {
-	if len(resources) != 1 {
-		return errors.New("want one route configuration")
+	if len(resources) == 0 {
+		return errors.New("want a route configuration")
 	}
-	var rc routev3.RouteConfiguration
-	if err := resources[0].UnmarshalTo(&rc); err != nil {
-		return err
+	next := map[string]*routev3.RouteConfiguration{}
+	if cur := d.routes.Load(); cur != nil {
+		maps.Copy(next, *cur)
 	}
-	if err := rc.ValidateAll(); err != nil {
-		return err
-	}
-	for _, vh := range rc.VirtualHosts {
-		for _, r := range vh.Routes {
-			if err := checkRoute(r); err != nil {
-				return fmt.Errorf("route %s: %w", r.Name, err)
+	for _, a := range resources {
+		var rc routev3.RouteConfiguration
+		if err := a.UnmarshalTo(&rc); err != nil {
+			return err
+		}
+		if err := rc.ValidateAll(); err != nil {
+			return err
+		}
+		for _, vh := range rc.VirtualHosts {
+			for _, r := range vh.Routes {
+				if err := checkRoute(r); err != nil {
+					return fmt.Errorf("route %s: %w", r.Name, err)
+				}
 			}
 		}
+		next[rc.Name] = &rc
 	}
-	d.routes.Store(&rc)
-	d.maybeReady()
+	d.routes.Store(&next)
+	d.maybeActivate()
 	return nil
 }
 
-// maybeReady reports the listener ready once it has its routes and every SDS secret its TLS
-// context names (Envoy's listener warms until then).
-func (d *DataPlane) maybeReady() {
-	refs := d.listenerSecrets.Load()
-	if refs == nil || d.routes.Load() == nil {
-		return
+// routeConfig is the accepted route configuration of that name, or nil.
+func (d *DataPlane) routeConfig(name string) *routev3.RouteConfiguration {
+	if m := d.routes.Load(); m != nil {
+		return (*m)[name]
 	}
-	for _, n := range *refs {
-		if !d.secrets.has(n) {
-			return
-		}
-	}
-	d.readyOne.Do(func() { close(d.ready) })
+	return nil
 }

@@ -109,7 +109,7 @@ func (d *DataPlane) forward(w http.ResponseWriter, r *http.Request, ch *chain, e
 		localReply(w, ch, http.StatusForbidden, "", "upgrade_failed")
 		return
 	}
-	finalizeRequestHeaders(r.Header, d.routes.Load(), e)
+	finalizeRequestHeaders(r.Header, d.routeConfig(ch.routeName), e)
 	if r.Header.Get("X-Request-Id") == "" { // generate_request_id defaults to true
 		var b [16]byte
 		rand.Read(b[:])

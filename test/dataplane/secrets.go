@@ -191,13 +191,12 @@ func (s *secretStore) has(name string) bool {
 // cleanDir is the directory a watched path names.
 func cleanDir(p string) string { return filepath.Clean(p) }
 
-// applySecrets takes the secrets of an SDS response. The listener becomes ready (Start returns)
-// once its routes and the secrets its TLS context names are there, as Envoy's listener warms until
-// its SDS secrets arrive.
+// applySecrets takes the secrets of an SDS response; a listener warming for them may become active
+// (warming.go).
 func (d *DataPlane) applySecrets(resources []*anypb.Any) error {
 	if err := d.secrets.update(resources); err != nil {
 		return err
 	}
-	d.maybeReady()
+	d.maybeActivate()
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	headermutationv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/header_mutation/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -17,8 +18,11 @@ import (
 // before any filter runs, then the HTTP filters in order.
 func (d *DataPlane) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	ch := d.chain.Load()
-	rc := d.routes.Load()
-	if ch == nil || rc == nil {
+	var rc *routev3.RouteConfiguration
+	if ch != nil {
+		rc = d.routeConfig(ch.routeName)
+	}
+	if rc == nil {
 		http.Error(w, "no listener config", http.StatusServiceUnavailable)
 		return
 	}

@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"context"
 	"slices"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -29,8 +30,9 @@ type subscriber interface {
 }
 
 // xdsState follows Envoy's initialization order on one ADS stream: CDS first (wildcard), LDS once
-// clusters are accepted, RDS for the name the listener's HCM carries, and SDS for the secrets the
-// accepted TLS contexts name (Envoy subscribes to an SDS secret when a transport socket names it).
+// the cluster manager initialized (at once on a later stream, as Envoy re-sends every watch when it
+// reconnects), RDS for the name the listener's HCM carries, and SDS for the secrets the accepted
+// TLS contexts name (Envoy subscribes to an SDS secret when a transport socket names it).
 type xdsState struct {
 	listenerAsked bool
 	routeNames    []string
@@ -45,6 +47,7 @@ func (d *DataPlane) apply(st *xdsState, typeURL string, resources []*anypb.Any) 
 	switch typeURL {
 	case resourcev3.ClusterType:
 		refs, err := d.applyClusters(resources)
+		d.cdsHandled() // accepted or not, the first CDS response completes CDS initialization
 		if err != nil {
 			return err
 		}
@@ -74,13 +77,42 @@ func (st *xdsState) follow(s subscriber, typeURL string) error {
 			return err
 		}
 	}
-	if typeURL == resourcev3.ClusterType && !st.listenerAsked {
-		st.listenerAsked = true
-		if err := s.subscribe(resourcev3.ListenerType, nil); err != nil {
-			return err
-		}
-	}
 	return nil
+}
+
+// askListeners subscribes to the listeners (wildcard) once.
+func (st *xdsState) askListeners(s subscriber) error {
+	if st.listenerAsked {
+		return nil
+	}
+	st.listenerAsked = true
+	return s.subscribe(resourcev3.ListenerType, nil)
+}
+
+// received is one response of an xDS stream, or the error that ended it.
+type received[T any] struct {
+	resp T
+	err  error
+}
+
+// receive delivers the responses of a stream on a channel, so that the stream's loop can also
+// wait for the cluster manager; it ends with the first error or when ctx ends.
+func receive[T any](ctx context.Context, recv func() (T, error)) <-chan received[T] {
+	ch := make(chan received[T])
+	go func() {
+		for {
+			r, err := recv()
+			select {
+			case ch <- received[T]{r, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return ch
 }
 
 // followRoutes subscribes to the route configuration the accepted listener names.

@@ -46,6 +46,8 @@ func (s *sotwStream) subscribe(typeURL string, names []string) error {
 }
 
 func (d *DataPlane) subscribeSotW(ctx context.Context, conn *grpc.ClientConn) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
 	if err != nil {
 		return err
@@ -55,8 +57,22 @@ func (d *DataPlane) subscribeSotW(ctx context.Context, conn *grpc.ClientConn) er
 	if err := s.subscribe(resourcev3.ClusterType, nil); err != nil {
 		return err
 	}
+	responses := receive(ctx, stream.Recv)
+	cmInit := d.cmInit
 	for {
-		resp, err := stream.Recv()
+		var r received[*discoveryv3.DiscoveryResponse]
+		select {
+		case r = <-responses:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-cmInit:
+			cmInit = nil
+			if err := st.askListeners(s); err != nil {
+				return err
+			}
+			continue
+		}
+		resp, err := r.resp, r.err
 		if err != nil {
 			return err
 		}
@@ -119,6 +135,8 @@ func (s *deltaStream) subscribe(typeURL string, names []string) error {
 }
 
 func (d *DataPlane) subscribeDelta(ctx context.Context, conn *grpc.ClientConn) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).DeltaAggregatedResources(ctx)
 	if err != nil {
 		return err
@@ -129,8 +147,22 @@ func (d *DataPlane) subscribeDelta(ctx context.Context, conn *grpc.ClientConn) e
 	if err := s.subscribe(resourcev3.ClusterType, nil); err != nil {
 		return err
 	}
+	responses := receive(ctx, stream.Recv)
+	cmInit := d.cmInit
 	for {
-		resp, err := stream.Recv()
+		var r received[*discoveryv3.DeltaDiscoveryResponse]
+		select {
+		case r = <-responses:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-cmInit:
+			cmInit = nil
+			if err := st.askListeners(s); err != nil {
+				return err
+			}
+			continue
+		}
+		resp, err := r.resp, r.err
 		if err != nil {
 			return err
 		}
