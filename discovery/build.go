@@ -188,7 +188,7 @@ func Build(version string, now time.Time, facts []UpstreamFacts) *Topology {
 			}
 		}
 	}
-	if members, all := schemaSet(t.Upstreams); !all {
+	if members, all := schemaSet(t.Upstreams, len(caps)); !all {
 		anyReady := false
 		for _, m := range members {
 			u, _ := t.Upstream(m)

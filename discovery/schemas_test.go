@@ -27,6 +27,13 @@ func TestDecideSchemas(t *testing.T) {
 		{"same resources, newer patch", []UpstreamFacts{withVersion(upstream("a", true, true), "v1.36.2"), withVersion(upstream("b", true, true), "v1.36.3")}, route("b"), 0},
 		{"most capable not ready", []UpstreamFacts{withVersion(upstream("old", true, false), "v1.35.4"), withVersion(upstream("new", false, true), "v1.36.3")}, Decision{}, 0},
 		{"unparsable version loses", []UpstreamFacts{withVersion(upstream("a", true, true), "garbage"), withVersion(upstream("b", true, true), "v1.30.0")}, route("b"), 0},
+		// The new version only removed an API: the old one serves everything and wins.
+		{"newest only removed an API", []UpstreamFacts{withVersion(upstream("old", true, true), "v1.35.4"), withVersion(upstream("new", true, false), "v1.36.3")}, route("old"), 0},
+		// Nobody serves everything (new removed the core API old serves, and added one): the newest wins.
+		{"nobody serves everything", []UpstreamFacts{withVersion(upstream("old", true, false), "v1.35.4"),
+			{Upstream: Upstream{Name: "new", Ready: true, Version: "v1.36.3"}, APIs: apisDoc(true)}}, route("new"), 0},
+		// A newer version that serves less than an older full one: the full one wins.
+		{"full beats newer", []UpstreamFacts{withVersion(upstream("a", true, true), "v1.35.4"), withVersion(upstream("b", true, true), "v1.35.4"), withVersion(upstream("c", true, false), "v1.36.3")}, route("a,b"), 1},
 		{"none", nil, Decision{}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

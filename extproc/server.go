@@ -194,7 +194,10 @@ func (s *Server) decide(r *headersRead) (string, *extprocv3.ProcessingResponse, 
 		}
 		return OutcomePassthrough, s.continueWith(r, all, id), nil
 	case NonResource:
-		if t != nil && isSchemaPath(r.path) {
+		if t == nil {
+			return OutcomeUnsynced, s.continueWith(r, "", id), nil
+		}
+		if isSchemaPath(r.path) {
 			if d := t.DecideSchemas(); d.Action == discovery.ActionRoute {
 				return s.routeTo(r, t, c, d, anonymous, id)
 			}

@@ -29,8 +29,9 @@ import (
 // (REFUSED_STREAM, also every stream past the last one a GOAWAY accepted, as an apiserver that shuts
 // down sends). That holds for writes too, so every method is retried; Envoy buffers the request body
 // for it up to the decoder buffer limit and gives up on the retry past it (Filter::decodeData,
-// source/common/router/router.cc; RetryStateImpl::wouldRetryFromReset, retry_state_impl.cc). Upgrades
-// are never retried.
+// source/common/router/router.cc; RetryStateImpl::wouldRetryFromReset, retry_state_impl.cc). The
+// upgrade routes have no retry policy; an upgrade ext_proc routes by header takes the routed route,
+// whose retries are as safe for it (the router holds the upgrade's payload until the 101).
 //
 // The route is selected (and cluster_header read) by the connection manager before any HTTP filter
 // runs, and again only when a filter clears the route cache (ext_proc does, when its answer mutates

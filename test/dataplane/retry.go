@@ -76,7 +76,8 @@ func (a *attempts) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 	}
 	bodyless := req.Body == nil || req.Body == http.NoBody
-	var body []byte // buffered for the retries; nil: bodyless, or streamed without retries
+	var body []byte   // buffered for the retries; nil: bodyless, or streamed without retries
+	overflow := false // the body outgrew the retry buffer
 	if !bodyless && tries > 1 {
 		b, err := io.ReadAll(io.LimitReader(req.Body, retryBufferLimit+1))
 		if err != nil {
@@ -85,7 +86,7 @@ func (a *attempts) RoundTrip(req *http.Request) (*http.Response, error) {
 		if len(b) <= retryBufferLimit {
 			body = b
 		} else {
-			tries = 1 // over the buffer limit: no retry, the rest streams
+			tries, overflow = 1, true // over the buffer limit: no retry, the rest streams
 			req.Body = readCloser{io.MultiReader(bytes.NewReader(b), req.Body), req.Body}
 		}
 	}
@@ -152,6 +153,14 @@ func (a *attempts) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		if !a.retryOn(cond) {
 			return nil, err
+		}
+		if overflow {
+			// Envoy streams the first attempt while it buffers; when that attempt failed in a way the
+			// policy retries and the body then outgrows the buffer during the back-off, it answers 507
+			// with no response flag (Filter::decodeData). The stand-in reads the body first, so it
+			// answers that 507 whenever the attempt failed retriably: never kinder than Envoy, whose
+			// other outcome (retries given up before the failure) is a 503 with its flag.
+			return nil, &localError{code: http.StatusInsufficientStorage, details: "request_payload_exceeded_retry_buffer_limit"}
 		}
 	}
 	return nil, lastErr

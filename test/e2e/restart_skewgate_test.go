@@ -13,21 +13,13 @@ import (
 	"github.com/skewgate/skewgate/test/testbed"
 )
 
-// knownRestartBugs marks two PRODUCT BUGS this phase shows, reported to the owner of extproc/ and
-// xds/, not fixed here:
-//
-//  1. A restarted skewgate decides ext_proc requests before its first Topology as "unsynced" and
-//     names skewgate-all for them (extproc/server.go, OutcomeUnsynced). That overrides the skew
-//     routes of the route table the data plane kept from before the restart: a request for an API
-//     only new serves reaches old and is answered 404. Failing open (no ext_proc at all) sends it
-//     right. This phase holds the informers so that the window is seconds, and requires the 404s.
-//  2. Right after its first Topology the restarted skewgate's ACK gate counts no cluster as in the
-//     data plane until the data plane ACKs the new snapshot, although it has every one of them from
-//     before the restart: a skewed request in that window is answered 503 "being set up, retry".
-//
-// While true, skewed requests that get 404 (1) or 503 (2) before the first ACK to the restarted
-// skewgate are logged as KNOWN PRODUCT BUG instead of failing, and the phase fails if bug 1 does not
-// show: then it is fixed, and this must become false. Shared reads must get 200 either way.
+// knownRestartBugs marked two product bugs this phase found, both fixed: a restarted skewgate
+// decided ext_proc requests before its first Topology and named skewgate-all, overriding the skew
+// routes of the route table the data plane kept (skewed requests reached old: 404); and right after
+// its first Topology its ACK gate held back clusters the data plane already had (503 "being set
+// up"). ext_proc now decides only with a Topology every connected Envoy has acknowledged and names
+// no cluster before, so every request of this phase must succeed. Set it to true only to count a
+// regression of either instead of failing on it.
 const knownRestartBugs = false
 
 func restartSkewgate(ctx context.Context, t *testing.T, tb *testbed.Testbed, n *front.Node) map[string]any {
