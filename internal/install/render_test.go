@@ -106,14 +106,7 @@ func TestRenderGolden(t *testing.T) {
 }
 
 func TestApplyIdempotent(t *testing.T) {
-	n := newNode(t)
-	plan, err := Render(n.options())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := Apply(plan, false, nil); err != nil {
-		t.Fatal(err)
-	}
+	n := installed(t)
 	before := snapshot(t, n.root)
 	for _, rel := range []string{"skewgate/skewgate/skewgate.key", "skewgate/skewgate/kubeconfig", "skewgate/envoy/apiserver.key", "manifests/skewgate.yaml"} {
 		if st, err := os.Stat(filepath.Join(n.root, rel)); err != nil || st.Mode().Perm() != 0o600 {

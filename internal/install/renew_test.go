@@ -15,14 +15,7 @@ import (
 // certificate with them, so it never outlives kubeadm's by expiring first: only skewgate's pod
 // changes (the certificate hash annotation), never Envoy's.
 func TestRerunAfterKubeadmRenewal(t *testing.T) {
-	n := newNode(t)
-	plan, err := Render(n.options())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := Apply(plan, false, nil); err != nil {
-		t.Fatal(err)
-	}
+	n := installed(t)
 	copyKey := filepath.Join(n.root, "skewgate", "envoy", "apiserver.key")
 	before, err := os.Stat(copyKey)
 	if err != nil {

@@ -165,3 +165,17 @@ func snapshot(t *testing.T, root string) map[string]string {
 	}
 	return out
 }
+
+// installed is a node the command has run on once.
+func installed(t *testing.T) *node {
+	t.Helper()
+	n := newNode(t)
+	plan, err := Render(n.options())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Apply(plan, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
