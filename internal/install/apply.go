@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 )
 
 // Change is what Apply did (or, in a dry run, would do) to one path.
@@ -20,6 +21,9 @@ type Change struct {
 // a half-written file). Files that are already right are not touched. With dryRun nothing is
 // written; every change is printed to w with its content, private keys redacted.
 func Apply(plan *Plan, dryRun bool, w io.Writer) ([]Change, error) {
+	if err := checkOwners(plan.Dirs); err != nil {
+		return nil, err
+	}
 	var changes []Change
 	for _, d := range plan.Dirs {
 		action := "unchanged"
@@ -117,4 +121,23 @@ func writeAtomic(path string, data []byte, mode fs.FileMode) error {
 		return err
 	}
 	return os.Rename(tmp.Name(), path)
+}
+
+// checkOwners refuses, before anything is written, a directory of ours that exists and belongs to
+// another user than the one running the command (root on a node): whoever owns the socket or
+// config directory could replace the sockets or the files the pods read.
+func checkOwners(dirs []Dir) error {
+	for _, d := range dirs {
+		if d.Foreign {
+			continue
+		}
+		st, err := os.Stat(d.Path)
+		if err != nil {
+			continue // absent: created below; other errors are reported there
+		}
+		if sys, ok := st.Sys().(*syscall.Stat_t); ok && int(sys.Uid) != os.Geteuid() {
+			return fmt.Errorf("%s belongs to uid %d, not to the user running this command (uid %d): remove it or chown it first", d.Path, sys.Uid, os.Geteuid())
+		}
+	}
+	return nil
 }

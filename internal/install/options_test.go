@@ -64,7 +64,7 @@ func TestRenderRefusesANodeWithoutItsPKI(t *testing.T) {
 			other := newNode(t)
 			b, _ := os.ReadFile(filepath.Join(other.root, "pki", "ca.key"))
 			write(t, filepath.Join(pki, "ca.key"), b, 0o600)
-		}, "ca.key does not belong to ca.crt"},
+		}, "ca.key belongs to no certificate in ca.crt"},
 		{"CA unreadable", func(t *testing.T, pki string) { write(t, filepath.Join(pki, "ca.crt"), []byte("garbage"), 0o644) }, "cluster CA"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -154,5 +154,50 @@ func TestIPv6Front(t *testing.T) {
 		if got := o.envoyPod().Spec.Containers[0].ReadinessProbe.TCPSocket.Host; got != want[1] {
 			t.Errorf("%s: Envoy's readiness probe dials %s, want %s", endpoint, got, want[1])
 		}
+	}
+}
+
+// TestCABundle: during a CA rotation ca.crt holds the old and the new CA; the command issues from the
+// one ca.key belongs to, whatever its place in the bundle.
+func TestCABundle(t *testing.T) {
+	n := newNode(t)
+	other := newNode(t)
+	pki := filepath.Join(n.root, "pki")
+	mine, _ := os.ReadFile(filepath.Join(pki, "ca.crt"))
+	theirs, _ := os.ReadFile(filepath.Join(other.root, "pki", "ca.crt"))
+	write(t, filepath.Join(pki, "ca.crt"), append(theirs, mine...), 0o644)
+	plan, err := Render(n.options())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !plan.Issued {
+		t.Fatal("no certificate issued on a fresh node")
+	}
+}
+
+// TestApplyRefusesAForeignDirectory: a socket or config directory that exists and belongs to another
+// user is refused before anything is written.
+func TestApplyRefusesAForeignDirectory(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to give a directory to another user (the command runs as root)")
+	}
+	n := newNode(t)
+	sockets := filepath.Join(n.root, "sockets")
+	if err := os.MkdirAll(sockets, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(sockets, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	plan, err := Render(n.options())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Apply(plan, false, nil)
+	if err == nil || !strings.Contains(err.Error(), "belongs to uid 65534") {
+		t.Fatalf("Apply over a directory of uid 65534: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(n.root, "manifests", "skewgate.yaml")); !os.IsNotExist(err) {
+		t.Errorf("a manifest was written before the refusal: %v", err)
 	}
 }

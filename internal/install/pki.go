@@ -50,13 +50,19 @@ func readCA(pkiDir string) (*ca, error) {
 		return nil, fmt.Errorf("--pki-dir: cluster CA key (run this on a control-plane node, as root): %w", err)
 	}
 	signer, ok := key.(crypto.Signer)
-	if !ok || !publicKeysEqual(signer.Public(), certs[0].PublicKey) {
-		return nil, fmt.Errorf("--pki-dir: ca.key does not belong to ca.crt")
+	if !ok {
+		return nil, fmt.Errorf("--pki-dir: ca.key is not a signing key")
 	}
-	if !certs[0].IsCA {
-		return nil, fmt.Errorf("--pki-dir: ca.crt is not a CA certificate")
+	// During a CA rotation ca.crt is a bundle of the old and the new CA: use the one of ca.key.
+	for _, c := range certs {
+		if publicKeysEqual(signer.Public(), c.PublicKey) {
+			if !c.IsCA {
+				return nil, fmt.Errorf("--pki-dir: the certificate of ca.key in ca.crt is not a CA certificate")
+			}
+			return &ca{cert: c, key: signer}, nil
+		}
 	}
-	return &ca{cert: certs[0], key: signer}, nil
+	return nil, fmt.Errorf("--pki-dir: ca.key belongs to no certificate in ca.crt")
 }
 
 func publicKeysEqual(a, b crypto.PublicKey) bool {
