@@ -34,6 +34,7 @@ type subscriber interface {
 // reconnects), RDS for the name the listener's HCM carries, and SDS for the secrets the accepted
 // TLS contexts name (Envoy subscribes to an SDS secret when a transport socket names it).
 type xdsState struct {
+	cmInit        <-chan struct{} // closed once the cluster manager initialized; nil once acted on
 	listenerAsked bool
 	routeNames    []string
 	clusterRefs   []string
@@ -87,6 +88,25 @@ func (st *xdsState) askListeners(s subscriber) error {
 	}
 	st.listenerAsked = true
 	return s.subscribe(resourcev3.ListenerType, nil)
+}
+
+// nextResponse waits for the stream's next response and, meanwhile, asks for the listeners once the
+// cluster manager has initialized.
+func nextResponse[T any](ctx context.Context, responses <-chan received[T], st *xdsState, s subscriber) (T, error) {
+	var zero T
+	for {
+		select {
+		case r := <-responses:
+			return r.resp, r.err
+		case <-ctx.Done():
+			return zero, ctx.Err()
+		case <-st.cmInit:
+			st.cmInit = nil
+			if err := st.askListeners(s); err != nil {
+				return zero, err
+			}
+		}
+	}
 }
 
 // received is one response of an xDS stream, or the error that ended it.

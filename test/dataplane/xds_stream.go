@@ -53,26 +53,13 @@ func (d *DataPlane) subscribeSotW(ctx context.Context, conn *grpc.ClientConn) er
 		return err
 	}
 	s := &sotwStream{s: stream, node: d.node(), names: map[string][]string{}, versions: map[string]string{}, nonces: map[string]string{}}
-	st := &xdsState{}
+	st := &xdsState{cmInit: d.cmInit}
 	if err := s.subscribe(resourcev3.ClusterType, nil); err != nil {
 		return err
 	}
 	responses := receive(ctx, stream.Recv)
-	cmInit := d.cmInit
 	for {
-		var r received[*discoveryv3.DiscoveryResponse]
-		select {
-		case r = <-responses:
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-cmInit:
-			cmInit = nil
-			if err := st.askListeners(s); err != nil {
-				return err
-			}
-			continue
-		}
-		resp, err := r.resp, r.err
+		resp, err := nextResponse(ctx, responses, st, s)
 		if err != nil {
 			return err
 		}
@@ -142,27 +129,14 @@ func (d *DataPlane) subscribeDelta(ctx context.Context, conn *grpc.ClientConn) e
 		return err
 	}
 	s := &deltaStream{s: stream, node: d.node(), subscribed: map[string][]string{}}
-	st := &xdsState{}
+	st := &xdsState{cmInit: d.cmInit}
 	current := map[string]map[string]*anypb.Any{}
 	if err := s.subscribe(resourcev3.ClusterType, nil); err != nil {
 		return err
 	}
 	responses := receive(ctx, stream.Recv)
-	cmInit := d.cmInit
 	for {
-		var r received[*discoveryv3.DeltaDiscoveryResponse]
-		select {
-		case r = <-responses:
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-cmInit:
-			cmInit = nil
-			if err := st.askListeners(s); err != nil {
-				return err
-			}
-			continue
-		}
-		resp, err := r.resp, r.err
+		resp, err := nextResponse(ctx, responses, st, s)
 		if err != nil {
 			return err
 		}
