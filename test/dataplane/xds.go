@@ -81,6 +81,15 @@ func (st *xdsState) follow(s subscriber, typeURL string) error {
 	return nil
 }
 
+// accepted makes the subscriptions an accepted response of typeURL calls for: the types that follow
+// it, and the route configuration if the listener now names another one.
+func (st *xdsState) accepted(s subscriber, typeURL string, previousRoutes []string) error {
+	if err := st.follow(s, typeURL); err != nil {
+		return err
+	}
+	return st.followRoutes(s, previousRoutes)
+}
+
 // askListeners subscribes to the listeners (wildcard) once.
 func (st *xdsState) askListeners(s subscriber) error {
 	if st.listenerAsked {

@@ -77,10 +77,7 @@ func (d *DataPlane) subscribeSotW(ctx context.Context, conn *grpc.ClientConn) er
 		if applyErr != nil {
 			continue
 		}
-		if err := st.follow(s, resp.TypeUrl); err != nil {
-			return err
-		}
-		if err := st.followRoutes(s, prevRoutes); err != nil {
+		if err := st.accepted(s, resp.TypeUrl, prevRoutes); err != nil {
 			return err
 		}
 	}
@@ -167,10 +164,7 @@ func (d *DataPlane) subscribeDelta(ctx context.Context, conn *grpc.ClientConn) e
 		if applyErr != nil {
 			continue
 		}
-		if err := st.follow(s, resp.TypeUrl); err != nil {
-			return err
-		}
-		if err := st.followRoutes(s, prevRoutes); err != nil {
+		if err := st.accepted(s, resp.TypeUrl, prevRoutes); err != nil {
 			return err
 		}
 	}
