@@ -12,10 +12,8 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -267,26 +265,10 @@ func (f *Front) waitServing(ctx context.Context) error {
 }
 
 func (f *Front) startEnvoy(bin, xdsAddr string, o Options) error {
-	b, err := xds.Bootstrap(xds.BootstrapOptions{NodeID: "front-1", NodeCluster: "skewgate-front", XDSAddress: xdsAddr, Delta: true, AdminAddress: "127.0.0.1:0"})
+	cmd, logf, err := startEnvoyProcess(bin, f.dir,
+		xds.BootstrapOptions{NodeID: "front-1", NodeCluster: "skewgate-front", XDSAddress: xdsAddr, Delta: true, AdminAddress: "127.0.0.1:0"},
+		"--base-id", strconv.Itoa(o.Host*100+os.Getpid()%100))
 	if err != nil {
-		return err
-	}
-	y, err := xds.BootstrapYAML(b)
-	if err != nil {
-		return err
-	}
-	path := filepath.Join(f.dir, "envoy.yaml")
-	if err := os.WriteFile(path, y, 0o644); err != nil {
-		return err
-	}
-	logf, err := os.Create(filepath.Join(f.dir, "envoy.log"))
-	if err != nil {
-		return err
-	}
-	cmd := exec.Command(bin, "-c", path, "--base-id", strconv.Itoa(o.Host*100+os.Getpid()%100), "--log-level", "warn")
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	if err := cmd.Start(); err != nil {
 		return err
 	}
 	f.closers = append(f.closers, func() { cmd.Process.Kill(); cmd.Wait(); logf.Close() })

@@ -26,28 +26,11 @@ type envoyRun struct {
 // startEnvoy starts bin for node n; ready is closed (with *errp set on failure) once the front port
 // accepts connections, which Envoy does only after its first listener arrived and warmed.
 func (n *Node) startEnvoy(ctx context.Context, bin string, ready chan struct{}, errp *error) (*envoyRun, error) {
-	b, err := xds.Bootstrap(xds.BootstrapOptions{NodeID: "node-" + n.Name, NodeCluster: "skewgate-front",
-		XDSAddress: "unix://" + n.xdsSock, Delta: true, AdminAddress: "unix://" + filepath.Join(n.o.Dir, "envoy-admin.sock")})
+	cmd, logf, err := startEnvoyProcess(bin, n.o.Dir,
+		xds.BootstrapOptions{NodeID: "node-" + n.Name, NodeCluster: "skewgate-front", XDSAddress: "unix://" + n.xdsSock,
+			Delta: true, AdminAddress: "unix://" + filepath.Join(n.o.Dir, "envoy-admin.sock")},
+		"--disable-hot-restart")
 	if err != nil {
-		return nil, err
-	}
-	y, err := xds.BootstrapYAML(b)
-	if err != nil {
-		return nil, err
-	}
-	path := filepath.Join(n.o.Dir, "envoy.yaml")
-	if err := os.WriteFile(path, y, 0o600); err != nil {
-		return nil, err
-	}
-	logf, err := os.OpenFile(filepath.Join(n.o.Dir, "envoy.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(bin, "-c", path, "--log-level", "warn", "--disable-hot-restart")
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
 		return nil, err
 	}
 	r := &envoyRun{cmd: cmd, log: logf, done: make(chan struct{})}
@@ -82,4 +65,33 @@ func (r *envoyRun) stop() {
 		<-r.done
 	}
 	r.log.Close()
+}
+
+// startEnvoyProcess writes the bootstrap bo renders to dir/envoy.yaml and starts bin on it with
+// args, its output appended to dir/envoy.log (a restarted Envoy keeps the earlier lines).
+func startEnvoyProcess(bin, dir string, bo xds.BootstrapOptions, args ...string) (*exec.Cmd, *os.File, error) {
+	b, err := xds.Bootstrap(bo)
+	if err != nil {
+		return nil, nil, err
+	}
+	y, err := xds.BootstrapYAML(b)
+	if err != nil {
+		return nil, nil, err
+	}
+	path := filepath.Join(dir, "envoy.yaml")
+	if err := os.WriteFile(path, y, 0o600); err != nil {
+		return nil, nil, err
+	}
+	logf, err := os.OpenFile(filepath.Join(dir, "envoy.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return nil, nil, err
+	}
+	cmd := exec.Command(bin, append([]string{"-c", path, "--log-level", "warn"}, args...)...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, nil, err
+	}
+	return cmd, logf, nil
 }
