@@ -44,6 +44,13 @@ const maxNodeID = 256
 // maxNackDetail bounds how much of an Envoy's error detail is logged.
 const maxNackDetail = 4 << 10
 
+// publication is what a published snapshot version holds that acks needs: its cluster names, and
+// the Topology it was translated from (acktopology.go).
+type publication struct {
+	clusters map[string]bool
+	topology *discovery.Topology
+}
+
 // acks follows every xDS stream and knows which clusters every connected Envoy has acknowledged.
 // ext_proc asks it before naming a cluster (make-before-break): a cluster created by a Topology change
 // is named only once the Envoys have it, so a request never meets "cluster not found".
@@ -54,19 +61,16 @@ type acks struct {
 
 	mu        sync.Mutex
 	streams   map[int64]*stream
-	published map[string]map[string]bool // CDS version -> cluster names
-	order     []string                   // published versions, oldest first
+	published map[string]publication // by snapshot version
+	order     []string               // published versions, oldest first
 	latest    map[string]bool
-	// topologies are the Topologies of the published versions (acktopology.go).
-	topologies map[string]*discovery.Topology
 
 	ready   atomic.Pointer[map[string]bool]
 	current atomic.Pointer[discovery.Topology]
 }
 
 func newAcks(log *zap.Logger, m *metrics, now func() time.Time) *acks {
-	a := &acks{log: log, m: m, now: now, streams: map[int64]*stream{}, published: map[string]map[string]bool{},
-		topologies: map[string]*discovery.Topology{}}
+	a := &acks{log: log, m: m, now: now, streams: map[int64]*stream{}, published: map[string]publication{}}
 	empty := map[string]bool{}
 	a.ready.Store(&empty)
 	return a
@@ -83,12 +87,10 @@ func (a *acks) publish(version string, clusters []string, t *discovery.Topology)
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.published[version] = set
-	a.topologies[version] = t
+	a.published[version] = publication{clusters: set, topology: t}
 	a.order = append(a.order, version)
 	if len(a.order) > keptVersions {
 		delete(a.published, a.order[0])
-		delete(a.topologies, a.order[0])
 		a.order = a.order[1:]
 	}
 	a.latest = set
@@ -192,8 +194,8 @@ func (a *acks) received(id int64, node *corev3.Node, nonce string, nack *string)
 	delete(s.nacked, p.typeURL)
 	a.m.acks.WithLabelValues(typ).Inc()
 	if p.typeURL == resourcev3.ClusterType {
-		if set, ok := a.published[p.version]; ok {
-			s.clusters, s.acked = set, p.version
+		if pub, ok := a.published[p.version]; ok {
+			s.clusters, s.acked = pub.clusters, p.version
 			a.recompute()
 		}
 	}

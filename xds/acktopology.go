@@ -30,7 +30,7 @@ func (a *acks) everyEnvoyHas() *discovery.Topology {
 		}
 		oldest = min(oldest, i)
 	}
-	return a.topologies[a.order[oldest]]
+	return a.published[a.order[oldest]].topology
 }
 
 // replaceLatest records that t translates to the latest published snapshot too (a Topology that
@@ -41,7 +41,10 @@ func (a *acks) replaceLatest(t *discovery.Topology) {
 	if len(a.order) == 0 {
 		return
 	}
-	a.topologies[a.order[len(a.order)-1]] = t
+	latest := a.order[len(a.order)-1]
+	pub := a.published[latest]
+	pub.topology = t
+	a.published[latest] = pub
 	a.recompute()
 }
 
