@@ -21,6 +21,10 @@ type UpstreamFacts struct {
 	Upstream // Capabilities and Resources are filled in by Build
 	// API and APIs are nil until discovery was fetched once.
 	API, APIs *Document
+	// OpenAPI is the upstream's /openapi/v3 index, nil until fetched once.
+	OpenAPI *OpenAPIIndex
+	// OpenAPIDocs are the upstream's documents the last Topology wanted (OpenAPIWants), by key.
+	OpenAPIDocs map[string]*OpenAPISpec
 	// Departed marks an upstream that left (its Lease was deleted or went stale) recently. It is in no
 	// cluster and not in the merged discovery, but the resources that only it served answer 503
 	// instead of 404 until it is forgotten: objects of those types still exist in etcd, and a 404 for

@@ -38,6 +38,8 @@ const (
 	ActionRoute
 	// ActionUnavailable: capable upstreams exist but none is ready: answer 503, never 404.
 	ActionUnavailable
+	// ActionServe: the front serves a document it merged (OpenAPI only, see DecideOpenAPI).
+	ActionServe
 )
 
 func (a Action) String() string {
@@ -46,6 +48,8 @@ func (a Action) String() string {
 		return "route"
 	case ActionUnavailable:
 		return "unavailable"
+	case ActionServe:
+		return "serve"
 	default:
 		return "default"
 	}
@@ -161,6 +165,7 @@ type Topology struct {
 
 	routes  map[ResourceKey]route
 	schemas Decision // DecideSchemas
+	openapi openAPIView
 }
 
 // Decide returns what to do with a request for key and verb (get, list, watch, create, update,

@@ -1,0 +1,97 @@
+package discovery
+
+import (
+	"slices"
+	"strings"
+	"time"
+)
+
+// OpenAPI v3 at the front. Every apiserver publishes an index, /openapi/v3, that names one document
+// per key ("api/v1", "apis/<group>/<version>", and a few others such as "version") by a hash of the
+// document: /openapi/v3/<key>?hash=<H>. During a skew the apiservers' documents differ, and so do
+// their hashes. The front decides per key where the document comes from, and builds its own index
+// naming exactly those documents by their hashes, so a client that reads the front's index and then
+// the documents it names always gets the documents, never a redirect to another apiserver's.
+//
+// Per key K (see DecideOpenAPI):
+//   - every proven upstream lists K with one hash: ActionDefault (any apiserver serves it);
+//   - else the upstreams that list K and serve every resource of K's group-version in the merged
+//     discovery, grouped by their hash for K: ActionRoute to the group of the highest version (then
+//     the most members, then the smallest hash), or ActionUnavailable if none of those is ready;
+//   - nobody serves every resource of the group-version: ActionServe, the front serves a document
+//     merged from every upstream's (OpenAPIMerged), with Set the fallback for Envoy's route table
+//     (the group serving the most of those resources). Until the merged document can be built, the
+//     decision is ActionRoute to that fallback.
+
+// OpenAPIIndex is one upstream's /openapi/v3 index: document key -> hash.
+type OpenAPIIndex struct {
+	Keys map[string]string
+	// Hash identifies the raw body (SHA-256 hex): equal hashes mean identical indexes.
+	Hash string
+}
+
+// OpenAPISpec is one OpenAPI v3 document as the front serves it.
+type OpenAPISpec struct {
+	JSON []byte
+	// Hash is what kube-openapi's handler3 computes (computeETag): the SHA-512 of JSON in upper-case
+	// hex. It is the document's ETag and the ?hash= of its URL in the index.
+	Hash string
+	// Built is when the document was made: its Last-Modified.
+	Built time.Time
+}
+
+// OpenAPIDecision is where the front takes the document of one key from.
+type OpenAPIDecision struct {
+	Action Action
+	// Set: the upstreams to send the request to (ActionRoute), or, for ActionServe, the ones Envoy's
+	// route table sends it to when ext_proc is not there (fail open).
+	Set SetID
+	// Hash is the hash the front's index names for the key.
+	Hash string
+}
+
+// OpenAPIKeyDecision is a key and its decision.
+type OpenAPIKeyDecision struct {
+	Key string `json:"key"`
+	OpenAPIDecision
+}
+
+// openAPIView is the part of a Topology about OpenAPI v3. The zero value passes everything through.
+type openAPIView struct {
+	index     *OpenAPISpec
+	decisions map[string]OpenAPIDecision
+	merged    map[string]*OpenAPISpec
+	wants     map[string][]string
+}
+
+// OpenAPIIndex returns the index the front serves at /openapi/v3, nil when the front passes the
+// request through (every upstream publishes the same index, or none is known).
+func (t *Topology) OpenAPIIndex() *OpenAPISpec { return t.openapi.index }
+
+// DecideOpenAPI returns the decision for the document at /openapi/v3/<key> (key as kube-openapi's
+// handler3 takes it: the decoded path after "/openapi/v3/"). A key no upstream lists gets
+// ActionDefault.
+func (t *Topology) DecideOpenAPI(key string) OpenAPIDecision { return t.openapi.decisions[key] }
+
+// OpenAPIMerged returns the merged document of a key decided ActionServe, else nil.
+func (t *Topology) OpenAPIMerged(key string) *OpenAPISpec { return t.openapi.merged[key] }
+
+// OpenAPIDecisions lists every key whose decision is not ActionDefault, sorted by key.
+func (t *Topology) OpenAPIDecisions() []OpenAPIKeyDecision {
+	var out []OpenAPIKeyDecision
+	for k, d := range t.openapi.decisions {
+		if d.Action != ActionDefault {
+			out = append(out, OpenAPIKeyDecision{Key: k, OpenAPIDecision: d})
+		}
+	}
+	sortKeyDecisions(out)
+	return out
+}
+
+// OpenAPIWants returns, per upstream name, the keys whose documents a merge needs and the Build did
+// not have: the controller fetches them and builds again.
+func (t *Topology) OpenAPIWants() map[string][]string { return t.openapi.wants }
+
+func sortKeyDecisions(ds []OpenAPIKeyDecision) {
+	slices.SortFunc(ds, func(a, b OpenAPIKeyDecision) int { return strings.Compare(a.Key, b.Key) })
+}
