@@ -1,6 +1,7 @@
 package discovery
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -41,6 +42,20 @@ const (
 	// ActionServe: the front serves a document it merged (OpenAPI only, see DecideOpenAPI).
 	ActionServe
 )
+
+// MarshalText writes the action's name.
+func (a Action) MarshalText() ([]byte, error) { return []byte(a.String()), nil }
+
+// UnmarshalText reads an action's name.
+func (a *Action) UnmarshalText(b []byte) error {
+	for _, c := range []Action{ActionDefault, ActionRoute, ActionUnavailable, ActionServe} {
+		if c.String() == string(b) {
+			*a = c
+			return nil
+		}
+	}
+	return fmt.Errorf("unknown action %q", b)
+}
 
 func (a Action) String() string {
 	switch a {

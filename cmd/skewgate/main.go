@@ -22,6 +22,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/internal/app"
 	"github.com/skewgate/skewgate/internal/wire"
 	"github.com/skewgate/skewgate/xds"
@@ -265,6 +266,19 @@ func printTopology(w io.Writer, v app.TopologyView) error {
 			cluster = wire.SetCluster(s.Set.Members())
 		}
 		fmt.Fprintf(tw, "%s %s\t%s\t%s\t%s\n", gv, name, s.Verb, s.Decision, cluster)
+	}
+	if len(v.OpenAPI) > 0 {
+		fmt.Fprintf(tw, "\nOPENAPI V3 DOCUMENT\tHASH\tDECISION\tCLUSTER\n")
+		for _, d := range v.OpenAPI {
+			cluster := ""
+			if d.Set != "" {
+				cluster = wire.SetCluster(d.Set.Members())
+			}
+			if d.Action == discovery.ActionServe {
+				cluster = "merged at the front; failing open " + cluster
+			}
+			fmt.Fprintf(tw, "/openapi/v3/%s\t%.12s\t%s\t%s\n", d.Key, d.Hash, d.Action, cluster)
+		}
 	}
 	return tw.Flush()
 }

@@ -30,6 +30,8 @@ type TopologyView struct {
 	Ignored  []discovery.IgnoredLease   `json:"ignored,omitempty"`
 	Sets     []discovery.CapabilitySet  `json:"sets"`
 	Skewed   []discovery.SkewedResource `json:"skewed"`
+	// OpenAPI lists the OpenAPI v3 documents that do not take the default route.
+	OpenAPI []discovery.OpenAPIKeyDecision `json:"openapi,omitempty"`
 }
 
 func (s *Server) httpHandler(withPprof bool) http.Handler {
@@ -60,7 +62,7 @@ func (s *Server) httpHandler(withPprof bool) http.Handler {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		enc.Encode(TopologyView{Version: t.Version, Generated: t.Generated, Snapshot: snap, Upstreams: t.Upstreams,
-			Unproven: t.Unproven, Ignored: t.Ignored, Sets: t.Sets, Skewed: t.Skewed()})
+			Unproven: t.Unproven, Ignored: t.Ignored, Sets: t.Sets, Skewed: t.Skewed(), OpenAPI: t.OpenAPIDecisions()})
 	})
 	if withPprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
