@@ -13,6 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/skewgate/skewgate/discovery"
 )
 
 // TestNackDetailsAreBounded: an Envoy that NACKs every push with a new 16 KiB detail leaves nothing
@@ -75,5 +77,36 @@ func TestNackDetailsAreBounded(t *testing.T) {
 	a.closed(1, modeSotW)
 	if len(a.streams) != 0 {
 		t.Error("a closed stream is remembered")
+	}
+}
+
+// TestCurrentFollowsSnapshotsWithClustersEnvoyHas: over delta xDS a snapshot that changes only
+// routes sends Envoy no clusters, so there is no CDS ACK of it; ext_proc still decides with its
+// Topology, since every cluster it names is in the Envoy. A snapshot with a new cluster waits for
+// the ACK that brings it.
+func TestCurrentFollowsSnapshotsWithClustersEnvoyHas(t *testing.T) {
+	a := newAcks(zap.NewNop(), newMetrics(prometheus.NewRegistry()), time.Now)
+	t1, t2, t3 := &discovery.Topology{Version: "t1"}, &discovery.Topology{Version: "t2"}, &discovery.Topology{Version: "t3"}
+	a.open(1, modeDelta)
+	ack := func(version, nonce string) {
+		a.sent(1, resourcev3.ClusterType, version, nonce)
+		a.received(1, &corev3.Node{Id: "front-1"}, nonce, nil)
+	}
+	a.publish("v1", []string{"all", "old"}, t1)
+	ack("v1", "n1")
+	if got := a.currentTopology(); got != t1 {
+		t.Fatalf("after the ACK of v1: %v, want t1", got)
+	}
+	a.publish("v2", []string{"old", "all"}, t2) // routes changed, clusters not: no CDS push, no ACK
+	if got := a.currentTopology(); got != t2 {
+		t.Errorf("a snapshot with only clusters the Envoy has: Current %v, want t2", got)
+	}
+	a.publish("v3", []string{"all", "old", "new"}, t3)
+	if got := a.currentTopology(); got != t2 {
+		t.Errorf("a snapshot with a cluster the Envoy lacks: Current %v, want t2 until its ACK", got)
+	}
+	ack("v3", "n3")
+	if got := a.currentTopology(); got != t3 {
+		t.Errorf("after the ACK of v3: %v, want t3", got)
 	}
 }

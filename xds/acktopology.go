@@ -16,8 +16,12 @@ import (
 // not acknowledged yet while it still serves with the config of the previous process, even when the
 // Topology changed across the restart.
 
-// everyEnvoyHas returns the Topology of the newest version every stream has acknowledged, or nil.
-// Called with a.mu held.
+// everyEnvoyHas returns the Topology of the newest version every stream has, or nil. A stream has
+// the version whose clusters it acknowledged, and every later one whose clusters are all among
+// those: over delta xDS Envoy is sent (and acknowledges) clusters only when they change
+// (go-control-plane's delta cache sends the resources whose hash changed), so a snapshot that
+// changed only routes is never acknowledged as CDS, yet every cluster a decision from it names is
+// in that Envoy. Called with a.mu held.
 func (a *acks) everyEnvoyHas() *discovery.Topology {
 	if len(a.streams) == 0 {
 		return nil
@@ -28,9 +32,24 @@ func (a *acks) everyEnvoyHas() *discovery.Topology {
 		if i < 0 {
 			return nil // nothing acknowledged yet, or a version too old to remember
 		}
+		for j := len(a.order) - 1; j > i; j-- {
+			if subset(a.published[a.order[j]].clusters, s.clusters) {
+				i = j
+				break
+			}
+		}
 		oldest = min(oldest, i)
 	}
 	return a.published[a.order[oldest]].topology
+}
+
+func subset(a, b map[string]bool) bool {
+	for c := range a {
+		if !b[c] {
+			return false
+		}
+	}
+	return true
 }
 
 // replaceLatest records that t translates to the latest published snapshot too (a Topology that
