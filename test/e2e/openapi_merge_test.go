@@ -134,7 +134,7 @@ func TestScenarioOpenAPIMerged(t *testing.T) {
 func crontabCRD(extra string) string {
 	field := ""
 	if extra != "" {
-		field = "\n                " + extra + ": {type: string}"
+		field = "\n              " + extra + ": {type: string}"
 	}
 	return `apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
