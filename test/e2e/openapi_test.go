@@ -186,6 +186,25 @@ func TestScenarioOpenAPI(t *testing.T) {
 		t.Errorf("kubectl explain %s through the front: %d of %d failed (last: %s)", mapResource, frontFails, rounds, last)
 	}
 	f.ExtProc.Set(front.Refuse)
+	// Failing open, Envoy's route table sends the index and every document to one group: each URL
+	// of the index ends at 200 after at most one redirect (an index and a document of two groups).
+	failOpenIdx, _, _ := indexOf(t, c, f.URL, tok)
+	redirected := 0
+	for k, p := range failOpenIdx.Paths {
+		u := f.URL + p.URL
+		for hop := 0; ; hop++ {
+			r, _ := rawGet(t, nc, u, tok, "Accept", "application/json")
+			if r.StatusCode == http.StatusMovedPermanently && hop == 0 {
+				redirected++
+				u = f.URL + r.Header.Get("Location")
+				continue
+			}
+			if r.StatusCode != http.StatusOK {
+				t.Errorf("ext_proc stopped: GET %s (from the index, hop %d): %d, want 200 after at most one redirect", k, hop, r.StatusCode)
+			}
+			break
+		}
+	}
 	openFails, last := explainLoop(t, f.Kubeconfig(testbed.AdminByToken), mapResource+".spec", "MutatingAdmissionPolicy", "FIELD", rounds)
 	refused := f.ExtProc.Refused.Load()
 	f.ExtProc.Set(front.Forward)
@@ -195,10 +214,12 @@ func TestScenarioOpenAPI(t *testing.T) {
 	if openFails > 0 {
 		t.Errorf("kubectl explain %s with ext_proc stopped: %d of %d failed (last: %s)", mapResource, openFails, rounds, last)
 	}
-	t.Logf("front's index: %d keys (apiservers: %d, %d); %d document reads all 200 with matching hashes; explain %d/%d failures, failing open %d/%d",
-		len(idx.Paths), len(oldIdx.Paths), len(newIdx.Paths), served, frontFails, rounds, openFails, rounds)
+	t.Logf("front's index: %d keys (apiservers: %d, %d); %d document reads all 200 with matching hashes; explain %d/%d failures; "+
+		"failing open: %d of %d documents redirected once, explain %d/%d failures",
+		len(idx.Paths), len(oldIdx.Paths), len(newIdx.Paths), served, frontFails, rounds, redirected, len(failOpenIdx.Paths), openFails, rounds)
 	writeResults(t, &env{tb: tb, f: f}, map[string]any{
 		"index_keys": len(idx.Paths), "document_reads": served, "explain_rounds": rounds,
 		"explain_failures": frontFails, "explain_failures_ext_proc_stopped": openFails,
+		"documents_redirected_ext_proc_stopped": redirected,
 	})
 }
