@@ -208,3 +208,165 @@ func TestOpenAPIIndexNeedsConsent(t *testing.T) {
 		t.Errorf("identical indexes: the front asks for the response headers")
 	}
 }
+
+// servedFacts: old (v1.35.4) serves validatingadmissionpolicies, new (v1.36.3) only the mutating
+// ones: nobody serves all of admissionregistration.k8s.io/v1, so the front merges the two captured
+// documents (ActionServe) and falls back to the group serving most of it.
+func servedFacts(t testing.TB) []discovery.UpstreamFacts {
+	core := doc("core", grp("", "v1", rsc("pods", "exec", "log", "status"), rsc("configmaps")))
+	old := doc("old", grp("admissionregistration.k8s.io", "v1", rsc("validatingadmissionpolicies", "status")))
+	neu := doc("new", grp("admissionregistration.k8s.io", "v1", rsc("mutatingadmissionpolicies")))
+	var facts []discovery.UpstreamFacts
+	for _, u := range []struct {
+		name, version string
+		apis          *discovery.Document
+	}{{"old", "v1.35.4", old}, {"new", "v1.36.3", neu}} {
+		spec := specOf(capturedOpenAPI(t, u.version, keyAdmission), time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC))
+		facts = append(facts, discovery.UpstreamFacts{
+			Upstream: discovery.Upstream{Name: u.name, Ready: true, Version: u.version}, API: core, APIs: u.apis,
+			OpenAPI:     &discovery.OpenAPIIndex{Keys: map[string]string{"api/v1": "C", keyAdmission: spec.Hash}, Hash: u.name},
+			OpenAPIDocs: map[string]*discovery.OpenAPISpec{keyAdmission: spec},
+		})
+	}
+	return facts
+}
+
+// TestOpenAPIServeNeedsConsent: a merged document is served only after an apiserver of the
+// fallback set authorized the same request, exactly as handler3 would answer it; everything else
+// goes to that set.
+func TestOpenAPIServeNeedsConsent(t *testing.T) {
+	h := startServer(t)
+	top := discovery.Build("served-1", time.Now(), servedFacts(t))
+	h.src.t.Store(top)
+	d := top.DecideOpenAPI(keyAdmission)
+	spec := top.OpenAPIMerged(keyAdmission)
+	if d.Action != discovery.ActionServe || spec == nil || d.Hash != spec.Hash {
+		t.Fatalf("decision %+v, merged %v: want served", d, spec != nil)
+	}
+	fallback := wire.UpstreamCluster(d.Set.Members()[0])
+	if len(d.Set.Members()) != 1 {
+		fallback = wire.SetCluster(d.Set.Members())
+	}
+	etag := strconv.Quote(spec.Hash)
+	own := "/openapi/v3/" + keyAdmission + "?hash=" + spec.Hash
+	none := []string{wire.CredentialsMetadata, wire.CredentialsNone}
+	counts := map[string]int{}
+	for _, c := range []struct {
+		path, accept, ifNoneMatch, upstream string
+		md                                  []string
+		code                                int // 0: the apiserver's answer passes
+		ct                                  string
+	}{
+		{path: own, upstream: "200", code: 200, ct: "application/json"},
+		{path: own, upstream: "301", code: 200, ct: "application/json"},
+		{path: own, upstream: "304", code: 200, ct: "application/json"},
+		{path: own, upstream: "404", code: 200, ct: "application/json"},
+		{path: own, upstream: "200", md: none, code: 200, ct: "application/json"},
+		{path: own, accept: acceptProto, upstream: "301", code: 200, ct: acceptProto},
+		{path: own, ifNoneMatch: etag, upstream: "200", code: 304},
+		{path: "/openapi/v3/" + keyAdmission + "?hash=" + strings.Repeat("A", 128), upstream: "301", code: 301, ct: "application/json"},
+		{path: "/openapi/v3/" + keyAdmission, upstream: "200", code: 200, ct: "application/json"},
+		{path: own, upstream: "401"}, {path: own, upstream: "403", md: none}, {path: own, upstream: "429"},
+		{path: own, upstream: "500"}, {path: own, upstream: "503"}, {path: own, upstream: ""},
+	} {
+		name := c.path + " accept=" + c.accept + " inm=" + c.ifNoneMatch + " upstream=" + c.upstream
+		extra := []string{}
+		if c.accept != "" {
+			extra = append(extra, "accept", c.accept)
+		}
+		if c.ifNoneMatch != "" {
+			extra = append(extra, "if-none-match", c.ifNoneMatch)
+		}
+		first, last := h.exchange(t, envoyHeaders("GET", c.path, extra...), c.upstream, c.md...)
+		cluster := fallback
+		if c.md != nil {
+			cluster = wire.AnonCluster(cluster)
+		}
+		check(t, name+" (request phase)", first, want{cluster: cluster})
+		if first.GetImmediateResponse() != nil || !proto.Equal(first.GetModeOverride(), discoveryMode) {
+			t.Fatalf("%s: request phase %v", name, first)
+		}
+		ir := last.GetImmediateResponse()
+		if c.code == 0 {
+			counts[OpenAPIPassed]++
+			if ir != nil || last.GetResponseHeaders() == nil {
+				t.Errorf("%s: want the apiserver's answer, got %v", name, last)
+			}
+			continue
+		}
+		if ir == nil || int(ir.Status.Code) != c.code || header(ir, "etag") != etag || header(ir, "content-type") != c.ct {
+			t.Errorf("%s: want the front's %d %s, got %v", name, c.code, c.ct, last)
+			continue
+		}
+		switch c.code {
+		case 301:
+			counts[OpenAPIRedirected]++
+			if header(ir, "location") != own || len(ir.Body) != 0 {
+				t.Errorf("%s: redirect to %q with %d bytes", name, header(ir, "location"), len(ir.Body))
+			}
+		case 304:
+			counts[OpenAPINotModified]++
+		default:
+			counts[OpenAPIServed]++
+			if c.ct == "application/json" && string(ir.Body) != string(spec.JSON) {
+				t.Errorf("%s: not the merged document", name)
+			}
+			immutable := strings.Contains(c.path, "hash=")
+			if (header(ir, "cache-control") == "public, immutable") != immutable || (header(ir, "expires") != "") != immutable {
+				t.Errorf("%s: cache-control %q, expires %q", name, header(ir, "cache-control"), header(ir, "expires"))
+			}
+		}
+	}
+	for _, o := range []string{OpenAPIServed, OpenAPIRedirected, OpenAPINotModified, OpenAPIPassed} {
+		if got := testutil.ToFloat64(h.srv.metrics.openAPIResponses.WithLabelValues(OpenAPIDocument, o)); int(got) != counts[o] {
+			t.Errorf("openapi responses{document,%s} = %v, want %d", o, got, counts[o])
+		}
+	}
+
+	// Not answered by the front: to the fallback set, without asking for the response.
+	for _, c := range []struct{ method, accept string }{{"GET", "text/html"}, {"HEAD", ""}, {"POST", ""}, {"GET", ","}} {
+		first, _ := h.exchange(t, envoyHeaders(c.method, own, "accept", c.accept), "200")
+		if first.GetModeOverride() != nil {
+			t.Errorf("%s accept=%q: asks for the response headers", c.method, c.accept)
+		}
+		check(t, c.method+" "+c.accept, first, want{cluster: fallback})
+	}
+
+	// The fallback's cluster not in every Envoy yet: any apiserver gives its consent.
+	g := startServer(t, WithClusterGate(gate{}))
+	g.src.t.Store(top)
+	first, last := g.exchange(t, envoyHeaders("GET", own), "301")
+	check(t, "gated", first, want{cluster: wire.AllCluster})
+	if last.GetImmediateResponse().GetStatus().GetCode() != 200 {
+		t.Errorf("gated: %v", last)
+	}
+}
+
+// TestOpenAPIProtobufRenderedAhead: the protobuf form of a merged document is rendered in the
+// background once a Topology is seen, and a later Topology serving the same document keeps it.
+func TestOpenAPIProtobufRenderedAhead(t *testing.T) {
+	h := startServer(t)
+	facts := servedFacts(t)
+	h.src.t.Store(discovery.Build("served-1", time.Now(), facts))
+	h.exchange(t, envoyHeaders("GET", "/openapi/v3/"+keyAdmission), "200") // any OpenAPI request
+	f := h.srv.frontOpenAPI.load()
+	spec := f.t.OpenAPIMerged(keyAdmission)
+	rendered := func(f *frontOpenAPI) bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.proto[spec.Hash] != nil
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for !rendered(f) {
+		if time.Now().After(deadline) {
+			t.Fatal("the protobuf form was not rendered in the background")
+		}
+		time.Sleep(10 * time.Millisecond) // polling the background rendering
+	}
+	h.src.t.Store(discovery.Build("served-2", time.Now(), facts))
+	h.exchange(t, envoyHeaders("GET", "/openapi/v3/"+keyAdmission), "200")
+	next := h.srv.frontOpenAPI.load()
+	if next == f || next.t.Version != "served-2" || !rendered(next) {
+		t.Errorf("the next Topology's answers (%s) lost the rendering", next.t.Version)
+	}
+}

@@ -318,7 +318,7 @@ func TestOpenAPIProtobufCacheBounded(t *testing.T) {
 			t.Fatalf("%q: %v", accept, r)
 		}
 	}
-	if len(f.proto) != 1 || f.protoBytes != len(f.proto["apis/apps/v1"]) {
+	if len(f.proto) != 1 || f.protoBytes != len(f.proto[spec.Hash]) {
 		t.Errorf("%d renderings, %d bytes, want one", len(f.proto), f.protoBytes)
 	}
 	// Past the cap a rendering is served but not kept.
@@ -398,5 +398,31 @@ func TestOpenAPIAnswersLikeTheTestbed(t *testing.T) {
 	}
 	if checked != 6 {
 		t.Errorf("checked %d captured answers, want 6", checked)
+	}
+}
+
+// BenchmarkOpenAPIDocument: the per-request cost of answering a merged document (the largest
+// captured one, api/v1): the full answer in JSON and in protobuf (rendered once), and the 304.
+func BenchmarkOpenAPIDocument(b *testing.B) {
+	spec := specOf(capturedOpenAPI(b, "v1.36.3", "api/v1"), time.Now())
+	f := newFrontOpenAPI(nil)
+	for _, c := range []struct {
+		name string
+		q    openAPIRequest
+		code uint32
+	}{
+		{"json", openAPIRequest{accept: "application/json", query: "hash=" + spec.Hash}, 200},
+		{"protobuf", openAPIRequest{accept: acceptProto, query: "hash=" + spec.Hash}, 200},
+		{"not-modified", openAPIRequest{accept: "application/json", ifNoneMatch: strconv.Quote(spec.Hash)}, 304},
+		{"redirect", openAPIRequest{accept: "application/json", query: "hash=ABC"}, 301},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if r := f.document("api/v1", spec, &c.q); uint32(r.GetImmediateResponse().GetStatus().GetCode()) != c.code {
+					b.Fatalf("%v", r.GetImmediateResponse().GetStatus())
+				}
+			}
+		})
 	}
 }
