@@ -187,12 +187,27 @@ func compareOpenAPI(t *testing.T, name string, front, ref observed, frontHash, r
 
 const acceptProto = "application/com.github.proto-openapi.spec.v3.v1.0+protobuf"
 
-// TestOpenAPIDocumentLikeHandler3 serves one document through the front and through kube-openapi's
-// handler3 for a matrix of Accept, ?hash= and conditional headers, and holds every answer equal.
+// TestOpenAPIDocumentLikeHandler3 serves documents through the front and through kube-openapi's
+// handler3 (its spec decoded from the same JSON) for a matrix of Accept, ?hash= and conditional
+// headers, and holds every answer equal: a captured document, and the document the front merges from
+// the captured v1.35.4 and v1.36.3 admissionregistration.k8s.io/v1.
 func TestOpenAPIDocumentLikeHandler3(t *testing.T) {
-	const key = "apis/apps/v1"
-	data := capturedOpenAPI(t, "v1.36.3", key)
-	spec := specOf(data, time.Now().Add(-time.Hour).Truncate(time.Second))
+	t.Run("captured", func(t *testing.T) {
+		data := capturedOpenAPI(t, "v1.36.3", "apis/apps/v1")
+		differential(t, "apis/apps/v1", specOf(data, time.Now().Add(-time.Hour).Truncate(time.Second)))
+	})
+	t.Run("merged", func(t *testing.T) {
+		top := discovery.Build("served", time.Now(), servedFacts(t))
+		spec := top.OpenAPIMerged(keyAdmission)
+		if spec == nil {
+			t.Fatalf("nothing merged: %+v", top.DecideOpenAPI(keyAdmission))
+		}
+		differential(t, keyAdmission, spec)
+	})
+}
+
+func differential(t *testing.T, key string, spec *discovery.OpenAPISpec) {
+	data := spec.JSON
 	srv, refHash := handler3Server(t, key, data)
 	f := newFrontOpenAPI(nil)
 

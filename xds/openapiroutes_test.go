@@ -2,8 +2,10 @@ package xds
 
 import (
 	"compress/gzip"
+	"crypto/sha512"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -13,6 +15,7 @@ import (
 	"time"
 
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
 
 	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/internal/wire"
@@ -153,4 +156,72 @@ func TestRoutableOpenAPIKey(t *testing.T) {
 			t.Errorf("routableOpenAPIKey(%q) = %v, want %v", key, got, want)
 		}
 	}
+}
+
+// TestOpenAPIRoutesServe: a key the front merges is routed, failing open, to the decision's fallback
+// set (one apiserver's own document under its own hash), as ext_proc routes what it does not answer.
+func TestOpenAPIRoutesServe(t *testing.T) {
+	core := readDoc(t, "core")
+	var facts []discovery.UpstreamFacts
+	const key = "apis/admissionregistration.k8s.io/v1"
+	for i, u := range []struct{ name, version, apis string }{{"old", "v1.35.4", "v1.35"}, {"new", "v1.36.3", "v1.36"}} {
+		data := capturedDoc(t, u.version, key)
+		spec := &discovery.OpenAPISpec{JSON: data, Hash: fmt.Sprintf("%X", sha512.Sum512(data))}
+		apis := readDoc(t, "apis-"+u.apis)
+		if u.name == "new" {
+			apis = withoutResource(apis, "validatingadmissionpolicies")
+		}
+		facts = append(facts, discovery.UpstreamFacts{
+			Upstream: discovery.Upstream{Name: u.name, Address: fmt.Sprintf("10.0.0.%d:6443", i+1), Ready: true, Version: u.version, Source: discovery.SourceStatic},
+			API:      core, APIs: apis,
+			OpenAPI:     &discovery.OpenAPIIndex{Keys: map[string]string{key: spec.Hash}, Hash: u.name},
+			OpenAPIDocs: map[string]*discovery.OpenAPISpec{key: spec},
+		})
+	}
+	top := discovery.Build("served", time.Unix(0, 0), facts)
+	d := top.DecideOpenAPI(key)
+	if d.Action != discovery.ActionServe {
+		t.Fatalf("%+v, want served (merged)", d)
+	}
+	rs, err := Translate(top, testOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	routes := rs.Routes[0].VirtualHosts[0].Routes
+	i := routeIndex(routes, func(n string) bool { return n == "openapi:"+key })
+	if i < 0 || routes[i].GetRoute().GetCluster() != wire.SetCluster(d.Set.Members()) || routes[i].Match.GetPath() != "/openapi/v3/"+key {
+		t.Fatalf("no route for %s to its fallback %v", key, d.Set)
+	}
+}
+
+// capturedDoc reads a document a testbed apiserver served (discovery/testdata/openapi).
+func capturedDoc(t testing.TB, version, key string) []byte {
+	t.Helper()
+	f, err := os.Open(filepath.Join("..", "discovery", "testdata", "openapi", version, strings.ReplaceAll(key, "/", "_")+".json.gz"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	z, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(z)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// withoutResource returns a copy of d without the resource in any group.
+func withoutResource(d *discovery.Document, resource string) *discovery.Document {
+	out := &discovery.Document{Hash: d.Hash + "-" + resource, Groups: slices.Clone(d.Groups)}
+	for gi := range out.Groups {
+		out.Groups[gi].Versions = slices.Clone(out.Groups[gi].Versions)
+		for vi := range out.Groups[gi].Versions {
+			v := &out.Groups[gi].Versions[vi]
+			v.Resources = slices.DeleteFunc(slices.Clone(v.Resources), func(r apidiscoveryv2.APIResourceDiscovery) bool { return r.Resource == resource })
+		}
+	}
+	return out
 }
