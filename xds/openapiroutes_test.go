@@ -161,6 +161,25 @@ func TestRoutableOpenAPIKey(t *testing.T) {
 // TestOpenAPIRoutesServe: a key the front merges is routed, failing open, to the decision's fallback
 // set (one apiserver's own document under its own hash), as ext_proc routes what it does not answer.
 func TestOpenAPIRoutesServe(t *testing.T) {
+	const key = "apis/admissionregistration.k8s.io/v1"
+	top := servedTopology(t)
+	d := top.DecideOpenAPI(key)
+	rs, err := Translate(top, testOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	routes := rs.Routes[0].VirtualHosts[0].Routes
+	i := routeIndex(routes, func(n string) bool { return n == "openapi:"+key })
+	if i < 0 || routes[i].GetRoute().GetCluster() != wire.SetCluster(d.Set.Members()) || routes[i].Match.GetPath() != "/openapi/v3/"+key {
+		t.Fatalf("no route for %s to its fallback %v", key, d.Set)
+	}
+}
+
+// servedTopology: old (v1.35.4) and new (v1.36.3, without validatingadmissionpolicies) with their
+// captured admissionregistration.k8s.io/v1 documents; nobody serves the whole group-version, so the
+// front merges them.
+func servedTopology(t testing.TB) *discovery.Topology {
+	t.Helper()
 	core := readDoc(t, "core")
 	var facts []discovery.UpstreamFacts
 	const key = "apis/admissionregistration.k8s.io/v1"
@@ -179,19 +198,10 @@ func TestOpenAPIRoutesServe(t *testing.T) {
 		})
 	}
 	top := discovery.Build("served", time.Unix(0, 0), facts)
-	d := top.DecideOpenAPI(key)
-	if d.Action != discovery.ActionServe {
+	if d := top.DecideOpenAPI(key); d.Action != discovery.ActionServe {
 		t.Fatalf("%+v, want served (merged)", d)
 	}
-	rs, err := Translate(top, testOptions())
-	if err != nil {
-		t.Fatal(err)
-	}
-	routes := rs.Routes[0].VirtualHosts[0].Routes
-	i := routeIndex(routes, func(n string) bool { return n == "openapi:"+key })
-	if i < 0 || routes[i].GetRoute().GetCluster() != wire.SetCluster(d.Set.Members()) || routes[i].Match.GetPath() != "/openapi/v3/"+key {
-		t.Fatalf("no route for %s to its fallback %v", key, d.Set)
-	}
+	return top
 }
 
 // capturedDoc reads a document a testbed apiserver served (discovery/testdata/openapi).
