@@ -342,6 +342,7 @@ func TestProcessTable(t *testing.T) {
 		{"GET", "/" + strings.Repeat("a", 64<<10), pass},
 		{"GET", "/apis/\xff\xfe/v1/things", pass},
 		{"GET", "relative/path", bad},
+		{"GET", "?x", bad},
 		{"GET", "\x00none", bad},
 		{"GET", "/api/v1/watch", bad},
 	}
