@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -369,4 +370,38 @@ func TestOpenAPIProtobufRenderedAhead(t *testing.T) {
 	if next == f || next.t.Version != "served-2" || !rendered(next) {
 		t.Errorf("the next Topology's answers (%s) lost the rendering", next.t.Version)
 	}
+}
+
+// FuzzOpenAPIPath: whatever the path the classifier accepts, a key the front decides is the one
+// handler3 reads from the path Go's server decodes, and it is never empty.
+func FuzzOpenAPIPath(f *testing.F) {
+	for _, s := range []string{"/openapi/v3", "/openapi/v3/apis/g/v?hash=x", "/openapi/v3/", "/openapi/v3/%41", "/openapi/v3/a/b/?#"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, p string) {
+		if _, err := Classify("GET", p); err != nil {
+			return // refused (400) before any decision
+		}
+		key, query, index, ok := openAPIPath(p)
+		if !ok {
+			return
+		}
+		path, rawQuery, _ := strings.Cut(p, "?")
+		u, err := url.ParseRequestURI(p)
+		if err != nil {
+			t.Fatalf("%q: decided (key %q), but Go's server refuses it: %v", p, key, err)
+		}
+		if u.Path != path || u.RawQuery != rawQuery || query != rawQuery {
+			t.Fatalf("%q: decided (key %q, query %q), but Go's server reads path %q query %q", p, key, query, u.Path, u.RawQuery)
+		}
+		if index {
+			if path != "/openapi/v3" {
+				t.Fatalf("%q: index", p)
+			}
+			return
+		}
+		if key == "" || strings.SplitAfterN(u.Path, "/", 4)[3] != key {
+			t.Fatalf("%q: key %q, handler3 reads %q", p, key, strings.SplitAfterN(u.Path, "/", 4)[3])
+		}
+	})
 }

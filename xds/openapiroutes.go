@@ -27,8 +27,8 @@ import (
 // (source/common/common/matchers.cc). Read in a main copy of late 2026 and in a 1.2x-era copy
 // (commit 74fe3651), identical here; the source copies at hand hold no file at the v1.35.0/v1.36.0
 // release commits, and every older copy of config_impl.cc, back to the 1.x releases that compared
-// the path up to its '?' by hand, ignores the query the same way (the test data plane's row 30).
-// So /openapi/v3/<key>?hash=<any> takes the route.
+// the path up to its '?' by hand, ignores the query the same way (test/dataplane/CONFORMANCE.md,
+// row 30). So /openapi/v3/<key>?hash=<any> takes the route.
 //
 // The routes refuse upgrades (an upgrade takes the schema or default upgrade route, HTTP/1.1) and
 // come with anonymous twins like every skew route. They sit after the resource skew routes and
