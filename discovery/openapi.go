@@ -34,8 +34,10 @@ import (
 //     merged from the documents of every hash (OpenAPIMerged, rule in openapimerge.go), with Set the
 //     fallback for Envoy's route table: the group serving the most of those resources (ready ones
 //     first, then the order above). Until the merged document can be built (documents not fetched
-//     yet: OpenAPIWants; inputs that do not merge: OpenAPIDegraded), the decision is ActionRoute to
-//     that fallback with its hash (ActionUnavailable if none of it is ready).
+//     yet: OpenAPIWants names, per upstream, the keys to fetch, only for hashes no upstream has
+//     fetched; inputs that do not merge: OpenAPIDegraded), the decision is ActionRoute to that
+//     fallback with its hash (ActionUnavailable if none of it is ready). When the upstreams listing
+//     K all publish one hash, a merge would add nothing: ActionRoute to them, nothing fetched.
 //
 // Sets of several upstreams that a decision names join Topology.Sets, as resource decisions' do.
 // The front's index names every key with its decision's Hash; it is nil (pass the request through)

@@ -227,6 +227,15 @@ func (b *openAPIBuilder) decide(key string) OpenAPIDecision {
 		return compareGroups(a, b)
 	})
 	set := b.setFor(fallback.members)
+	degraded := OpenAPIDecision{Action: ActionRoute, Set: set, Hash: fallback.hash}
+	if !fallback.ready {
+		degraded = OpenAPIDecision{Action: ActionUnavailable, Hash: fallback.hash}
+	}
+	if len(groups) == 1 {
+		// One document: a merge adds nothing to it (the upstreams serving the rest do not list K, e.g.
+		// their index is not known yet), so its own upstreams serve it under its own hash.
+		return degraded
+	}
 	inputs := make([]*OpenAPISpec, 0, len(groups))
 	for _, g := range groups {
 		doc := openAPIDocOf(key, g, facts)
@@ -242,10 +251,6 @@ func (b *openAPIBuilder) decide(key string) OpenAPIDecision {
 			continue
 		}
 		inputs = append(inputs, doc)
-	}
-	degraded := OpenAPIDecision{Action: ActionRoute, Set: set, Hash: fallback.hash}
-	if !fallback.ready {
-		degraded = OpenAPIDecision{Action: ActionUnavailable, Hash: fallback.hash}
 	}
 	if len(inputs) < len(groups) {
 		view.degrade(key, fmt.Sprintf("waiting for %d of %d documents", len(groups)-len(inputs), len(groups)))
