@@ -1,9 +1,16 @@
 package discovery
 
 import (
+	"crypto/sha512"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"path"
 	"slices"
 	"strings"
 	"time"
+
+	"k8s.io/kube-openapi/pkg/handler3"
 )
 
 // OpenAPI v3 at the front. Every apiserver publishes an index, /openapi/v3, that names one document
@@ -27,8 +34,10 @@ import (
 //     merged from the documents of every hash (OpenAPIMerged, rule in openapimerge.go), with Set the
 //     fallback for Envoy's route table: the group serving the most of those resources (ready ones
 //     first, then the order above). Until the merged document can be built (documents not fetched
-//     yet: OpenAPIWants; inputs that do not merge: OpenAPIDegraded), the decision is ActionRoute to
-//     that fallback with its hash (ActionUnavailable if none of it is ready).
+//     yet: OpenAPIWants names, per upstream, the keys to fetch, only for hashes no upstream has
+//     fetched; inputs that do not merge: OpenAPIDegraded), the decision is ActionRoute to that
+//     fallback with its hash (ActionUnavailable if none of it is ready). When the upstreams listing
+//     K all publish one hash, a merge would add nothing: ActionRoute to them, nothing fetched.
 //
 // Sets of several upstreams that a decision names join Topology.Sets, as resource decisions' do.
 // The front's index names every key with its decision's Hash; it is nil (pass the request through)
@@ -111,3 +120,31 @@ func (t *Topology) OpenAPIDegraded() map[string]string { return t.openapi.degrad
 func sortKeyDecisions(ds []OpenAPIKeyDecision) {
 	slices.SortFunc(ds, func(a, b OpenAPIKeyDecision) int { return strings.Compare(a.Key, b.Key) })
 }
+
+// openAPIIndexSpec is the front's /openapi/v3 index, made exactly as kube-openapi's handler3 makes its
+// own (OpenAPIService.buildDiscoveryCacheLocked): json.Marshal of OpenAPIV3Discovery, one URL per
+// key naming the document by the hash the decision gives.
+func openAPIIndexSpec(decisions map[string]OpenAPIDecision, now time.Time) *OpenAPISpec {
+	index := handler3.OpenAPIV3Discovery{Paths: make(map[string]handler3.OpenAPIV3DiscoveryGroupVersion, len(decisions))}
+	for key, d := range decisions {
+		index.Paths[key] = handler3.OpenAPIV3DiscoveryGroupVersion{ServerRelativeURL: openAPIDocumentURL(key, d.Hash)}
+	}
+	data, err := json.Marshal(index)
+	if err != nil {
+		panic(fmt.Sprintf("discovery: marshal OpenAPI index: %v", err)) // strings only: cannot fail
+	}
+	return &OpenAPISpec{JSON: data, Hash: openAPIHash(data), Built: now}
+}
+
+// openAPIDocumentURL is kube-openapi handler3's constructServerRelativeURL: the URL of the document of
+// key under hash, as an index names it.
+func openAPIDocumentURL(key, hash string) string {
+	u := url.URL{Path: path.Join("/openapi/v3", key)}
+	query := url.Values{}
+	query.Set("hash", hash)
+	u.RawQuery = query.Encode()
+	return u.String()
+}
+
+// openAPIHash is kube-openapi handler3's computeETag: SHA-512 in upper-case hex.
+func openAPIHash(data []byte) string { return fmt.Sprintf("%X", sha512.Sum512(data)) }

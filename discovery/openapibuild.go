@@ -1,18 +1,13 @@
 package discovery
 
 import (
-	"crypto/sha512"
-	"encoding/json"
 	"fmt"
 	"maps"
-	"net/url"
-	"path"
 	"slices"
 	"strings"
 	"time"
 
 	utilversion "k8s.io/apimachinery/pkg/util/version"
-	"k8s.io/kube-openapi/pkg/handler3"
 )
 
 // openAPIGroup is the upstreams that list one key with one hash.
@@ -232,6 +227,15 @@ func (b *openAPIBuilder) decide(key string) OpenAPIDecision {
 		return compareGroups(a, b)
 	})
 	set := b.setFor(fallback.members)
+	degraded := OpenAPIDecision{Action: ActionRoute, Set: set, Hash: fallback.hash}
+	if !fallback.ready {
+		degraded = OpenAPIDecision{Action: ActionUnavailable, Hash: fallback.hash}
+	}
+	if len(groups) == 1 {
+		// One document: a merge adds nothing to it (the upstreams serving the rest do not list K, e.g.
+		// their index is not known yet), so its own upstreams serve it under its own hash.
+		return degraded
+	}
 	inputs := make([]*OpenAPISpec, 0, len(groups))
 	for _, g := range groups {
 		doc := openAPIDocOf(key, g, facts)
@@ -248,15 +252,11 @@ func (b *openAPIBuilder) decide(key string) OpenAPIDecision {
 		}
 		inputs = append(inputs, doc)
 	}
-	degraded := OpenAPIDecision{Action: ActionRoute, Set: set, Hash: fallback.hash}
-	if !fallback.ready {
-		degraded = OpenAPIDecision{Action: ActionUnavailable, Hash: fallback.hash}
-	}
 	if len(inputs) < len(groups) {
 		view.degrade(key, fmt.Sprintf("waiting for %d of %d documents", len(groups)-len(inputs), len(groups)))
 		return degraded
 	}
-	merged, err := mergeOpenAPI(key, inputs, b.now)
+	merged, err := mergeOpenAPIMemo(key, inputs, b.now)
 	if err != nil {
 		view.degrade(key, err.Error())
 		return degraded
@@ -293,31 +293,3 @@ func (v *openAPIView) degrade(key, reason string) {
 	}
 	v.degraded[key] = reason
 }
-
-// openAPIIndexSpec is the front's /openapi/v3 index, made exactly as kube-openapi's handler3 makes its
-// own (OpenAPIService.buildDiscoveryCacheLocked): json.Marshal of OpenAPIV3Discovery, one URL per
-// key naming the document by the hash the decision gives.
-func openAPIIndexSpec(decisions map[string]OpenAPIDecision, now time.Time) *OpenAPISpec {
-	index := handler3.OpenAPIV3Discovery{Paths: make(map[string]handler3.OpenAPIV3DiscoveryGroupVersion, len(decisions))}
-	for key, d := range decisions {
-		index.Paths[key] = handler3.OpenAPIV3DiscoveryGroupVersion{ServerRelativeURL: openAPIDocumentURL(key, d.Hash)}
-	}
-	data, err := json.Marshal(index)
-	if err != nil {
-		panic(fmt.Sprintf("discovery: marshal OpenAPI index: %v", err)) // strings only: cannot fail
-	}
-	return &OpenAPISpec{JSON: data, Hash: openAPIHash(data), Built: now}
-}
-
-// openAPIDocumentURL is kube-openapi handler3's constructServerRelativeURL: the URL of the document of
-// key under hash, as an index names it.
-func openAPIDocumentURL(key, hash string) string {
-	u := url.URL{Path: path.Join("/openapi/v3", key)}
-	query := url.Values{}
-	query.Set("hash", hash)
-	u.RawQuery = query.Encode()
-	return u.String()
-}
-
-// openAPIHash is kube-openapi handler3's computeETag: SHA-512 in upper-case hex.
-func openAPIHash(data []byte) string { return fmt.Sprintf("%X", sha512.Sum512(data)) }

@@ -263,3 +263,18 @@ func TestOpenAPIFingerprint(t *testing.T) {
 		t.Error("fingerprint depends on the time or the order of facts")
 	}
 }
+
+// Nobody listing the key serves its whole group-version, but they all publish one document: a merge
+// would add nothing, so the key routes to them under their own hash, and nothing is fetched.
+func TestOpenAPIOneDocumentNoMerge(t *testing.T) {
+	old := capturedFacts(t, "old", v135, true, keyAdmission)
+	nw := capturedFacts(t, "new", v136, true, keyAdmission)
+	nw.OpenAPI = nil // index not fetched yet; its discovery has mutatingadmissionpolicies
+	top := Build("t", time.Unix(100, 0), []UpstreamFacts{old, nw})
+	if d, want := top.DecideOpenAPI(keyAdmission), (OpenAPIDecision{Action: ActionRoute, Set: "old", Hash: old.OpenAPI.Keys[keyAdmission]}); d != want {
+		t.Errorf("admission: %+v, want %+v", d, want)
+	}
+	if top.OpenAPIMerged(keyAdmission) != nil || len(top.OpenAPIWants()) != 0 || len(top.OpenAPIDegraded()) != 0 {
+		t.Errorf("merged %v wants %v degraded %v", top.OpenAPIMerged(keyAdmission) != nil, top.OpenAPIWants(), top.OpenAPIDegraded())
+	}
+}

@@ -87,7 +87,7 @@ func loadCaptured(t testing.TB, version string) *capturedOpenAPI {
 	return c
 }
 
-// withoutKeys returns a copy of the index without keys.
+// withoutKeys returns a copy of the index without keys (a copy to change: the captured index is shared).
 func (c *capturedOpenAPI) withoutKeys(keys ...string) *OpenAPIIndex {
 	out := &OpenAPIIndex{Keys: maps.Clone(c.index.Keys), Hash: c.index.Hash + "-" + strings.Join(keys, ",")}
 	for _, k := range keys {
@@ -96,7 +96,8 @@ func (c *capturedOpenAPI) withoutKeys(keys ...string) *OpenAPIIndex {
 	return out
 }
 
-// capturedFacts is an upstream with the captured index of version, the documents of the keys in
+// capturedFacts is an upstream with the captured index of version (shared: never change it, replace
+// it with a copy from withoutKeys), the documents of the keys in
 // docs, and discovery documents derived from the captured OpenAPI documents' paths (every resource
 // and subresource they name, with every verb).
 func capturedFacts(t testing.TB, name, version string, ready bool, docs ...string) UpstreamFacts {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -39,7 +40,7 @@ const gvkExtension = "x-kubernetes-group-version-kind"
 const schemaRefPrefix = "#/components/schemas/"
 
 // openAPIDoc is a shallow parse of an OpenAPI v3 document: only the members the merge touches are
-// split; everything else stays raw bytes.
+// split; everything else stays raw bytes (slices of the input, never copied).
 type openAPIDoc struct {
 	top        map[string]json.RawMessage
 	paths      map[string]json.RawMessage
@@ -49,34 +50,28 @@ type openAPIDoc struct {
 
 func parseOpenAPIDoc(data []byte) (*openAPIDoc, error) {
 	d := &openAPIDoc{}
-	if err := json.Unmarshal(data, &d.top); err != nil {
-		return nil, fmt.Errorf("not a JSON object: %w", err)
+	var err error
+	if d.top, err = splitObject(data); err != nil {
+		return nil, err
 	}
-	if d.top == nil {
-		return nil, errors.New("not a JSON object")
-	}
-	if err := unmarshalObject(d.top["paths"], &d.paths); err != nil {
+	if d.paths, err = splitMember(d.top["paths"]); err != nil {
 		return nil, fmt.Errorf("paths: %w", err)
 	}
-	if err := unmarshalObject(d.top["components"], &d.components); err != nil {
+	if d.components, err = splitMember(d.top["components"]); err != nil {
 		return nil, fmt.Errorf("components: %w", err)
 	}
-	if err := unmarshalObject(d.components["schemas"], &d.schemas); err != nil {
+	if d.schemas, err = splitMember(d.components["schemas"]); err != nil {
 		return nil, fmt.Errorf("components.schemas: %w", err)
 	}
 	return d, nil
 }
 
-// unmarshalObject decodes a JSON object into m; absent (nil) is an empty object, anything else an error.
-func unmarshalObject(raw json.RawMessage, m *map[string]json.RawMessage) error {
-	*m = map[string]json.RawMessage{}
+// splitMember splits a member that must be an object; absent (nil) is an empty object.
+func splitMember(raw json.RawMessage) (map[string]json.RawMessage, error) {
 	if raw == nil {
-		return nil
+		return map[string]json.RawMessage{}, nil
 	}
-	if t := bytes.TrimLeft(raw, " \t\r\n"); len(t) == 0 || t[0] != '{' {
-		return errors.New("not an object")
-	}
-	return json.Unmarshal(raw, m)
+	return splitObject(raw)
 }
 
 // mergeOpenAPI merges the documents of key, inputs newest first, by the rule above.
@@ -150,11 +145,12 @@ func mergeOpenAPI(key string, inputs []*OpenAPISpec, now time.Time) (*OpenAPISpe
 
 func shortHash(h string) string { return h[:min(len(h), 12)] }
 
-// gvk is one entry of x-kubernetes-group-version-kind.
+// gvk is one entry of x-kubernetes-group-version-kind, its fields in the order the apiserver writes
+// them (sorted: the extension is a map there).
 type gvk struct {
 	Group   string `json:"group"`
-	Version string `json:"version"`
 	Kind    string `json:"kind"`
+	Version string `json:"version"`
 }
 
 // addLosingKinds returns the winning schema, with the losing schema's group-version-kinds of group and
@@ -163,52 +159,54 @@ func addLosingKinds(winner, loser json.RawMessage, group, version string) (json.
 	if bytes.Equal(winner, loser) || !bytes.Contains(loser, []byte(gvkExtension)) {
 		return winner, nil
 	}
-	var lose struct {
-		GVKs []json.RawMessage `json:"x-kubernetes-group-version-kind"`
-	}
-	if err := json.Unmarshal(loser, &lose); err != nil {
+	loserGVKs, _, err := schemaKinds(loser)
+	if err != nil {
 		return nil, err
 	}
-	var win map[string]json.RawMessage
-	if err := json.Unmarshal(winner, &win); err != nil {
+	var candidates []gvk
+	for _, k := range loserGVKs {
+		if k.Group == group && k.Version == version {
+			candidates = append(candidates, k)
+		}
+	}
+	if len(candidates) == 0 {
+		return winner, nil
+	}
+	winnerGVKs, members, err := schemaKinds(winner)
+	if err != nil {
 		return nil, err
-	}
-	var winGVKs []json.RawMessage
-	if raw, ok := win[gvkExtension]; ok {
-		if err := json.Unmarshal(raw, &winGVKs); err != nil {
-			return nil, err
-		}
-	}
-	have := map[gvk]bool{}
-	for _, raw := range winGVKs {
-		var k gvk
-		if err := json.Unmarshal(raw, &k); err != nil {
-			return nil, err
-		}
-		have[k] = true
 	}
 	added := false
-	for _, raw := range lose.GVKs {
-		var k gvk
-		if err := json.Unmarshal(raw, &k); err != nil {
-			return nil, err
+	for _, k := range candidates {
+		if !slices.Contains(winnerGVKs, k) {
+			winnerGVKs = append(winnerGVKs, k)
+			added = true
 		}
-		if k.Group != group || k.Version != version || have[k] {
-			continue
-		}
-		have[k] = true
-		winGVKs = append(winGVKs, raw)
-		added = true
 	}
 	if !added {
 		return winner, nil
 	}
-	list, err := json.Marshal(winGVKs)
+	list, err := json.Marshal(winnerGVKs)
 	if err != nil {
 		return nil, err
 	}
-	win[gvkExtension] = list
-	return json.Marshal(win)
+	members[gvkExtension] = list
+	return json.Marshal(members)
+}
+
+// schemaKinds returns a schema's x-kubernetes-group-version-kind and its members.
+func schemaKinds(schema json.RawMessage) ([]gvk, map[string]json.RawMessage, error) {
+	members, err := splitObject(schema)
+	if err != nil {
+		return nil, nil, err
+	}
+	var kinds []gvk
+	if raw, ok := members[gvkExtension]; ok {
+		if err := json.Unmarshal(raw, &kinds); err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", gvkExtension, err)
+		}
+	}
+	return kinds, members, nil
 }
 
 // danglingSchemaRef returns the first "#/components/schemas/<name>" string in data (a compact JSON
@@ -236,8 +234,8 @@ func danglingSchemaRef(data []byte, schemas map[string]json.RawMessage) (string,
 		if end >= len(rest) {
 			return "", false // cannot happen in valid JSON
 		}
-		var ref string
-		if err := json.Unmarshal(rest[start:end+1], &ref); err != nil {
+		ref, err := decodeKey(rest[start : end+1])
+		if err != nil {
 			return string(rest[start : end+1]), true
 		}
 		name := strings.TrimPrefix(ref, schemaRefPrefix)

@@ -69,7 +69,7 @@ func findKind(t *testing.T, v docView, resourcePath string, want gvk) string {
 
 // splitDoc returns a copy of data without the paths containing any of drop and the schemas whose name
 // starts with any of dropSchemas, as a document of its own (its own bytes and hash).
-func splitDoc(t *testing.T, in *OpenAPISpec, drop, dropSchemas []string, built time.Time) *OpenAPISpec {
+func splitDoc(t testing.TB, in *OpenAPISpec, drop, dropSchemas []string, built time.Time) *OpenAPISpec {
 	t.Helper()
 	var top map[string]any
 	if err := json.Unmarshal(in.JSON, &top); err != nil {
@@ -235,8 +235,8 @@ func TestMergeOpenAPIRejects(t *testing.T) {
 	}{
 		{"dangling ref", `{"paths":{"/p":{"get":{"schema":{"$ref":"#/components/schemas/missing"}}}},"components":{"schemas":{"b":{}}}}`, `dangling reference to schema "missing"`},
 		{"dangling ref in a schema", `{"paths":{},"components":{"schemas":{"b":{"allOf":[{"$ref":"#/components/schemas/c~1d"}]}}}}`, `dangling reference to schema "c/d"`},
-		{"paths not an object", `{"paths":[],"components":{"schemas":{}}}`, "paths: not an object"},
-		{"schemas not an object", `{"paths":{},"components":{"schemas":"x"}}`, "components.schemas: not an object"},
+		{"paths not an object", `{"paths":[],"components":{"schemas":{}}}`, "paths: not a JSON object"},
+		{"schemas not an object", `{"paths":{},"components":{"schemas":"x"}}`, "components.schemas: not a JSON object"},
 		{"not an object", `[1]`, "not a JSON object"},
 		{"bad GVK list on clash", `{"paths":{},"components":{"schemas":{"a":{"x-kubernetes-group-version-kind":"x"}}}}`, "schema a"},
 	} {
