@@ -56,15 +56,15 @@ func authorizedStatus(code int) bool {
 }
 
 // authorizedOpenAPIStatus is authorizedStatus for the OpenAPI v3 paths: every status their handlers
-// write after the handler chain authorized the request. handler3 (kube-openapi pkg/handler3) answers
-// 301 to a ?hash= it does not publish (the usual answer to the front's merged hash) and
-// http.ServeContent's 200, 206, 304 and 412; kube-aggregator's OpenAPI v3 handler answers 404 for a
-// key none of its delegates lists. /openapi and /openapi/* are non-resource URLs authorized by path
-// alone (system:discovery), the same on every apiserver.
+// write after the handler chain authorized the request. handler3 (kube-openapi pkg/handler3)
+// answers 301 to a ?hash= it does not publish (the usual answer to the front's merged hash) and
+// http.ServeContent's 200, 206, 304, 412 and 416; kube-aggregator's OpenAPI v3 handler answers 404
+// for a key none of its delegates lists. /openapi and /openapi/* are non-resource URLs authorized by
+// path alone (system:discovery), the same on every apiserver.
 func authorizedOpenAPIStatus(code int) bool {
 	switch code {
 	case http.StatusOK, http.StatusPartialContent, http.StatusMovedPermanently, http.StatusNotModified,
-		http.StatusNotFound, http.StatusPreconditionFailed:
+		http.StatusNotFound, http.StatusPreconditionFailed, http.StatusRequestedRangeNotSatisfiable:
 		return true
 	}
 	return false
@@ -89,7 +89,7 @@ const (
 // OpenAPI outcomes in the response phase (label values of skewgate_extproc_openapi_responses_total):
 // the front's answer by its status, or the apiserver's passed through.
 const (
-	OpenAPIServed      = "served"       // 200 (or 206, 412)
+	OpenAPIServed      = "served"       // 200 (or 206, 412, 416)
 	OpenAPIRedirected  = "redirected"   // 301 to the hash the front publishes
 	OpenAPINotModified = "not_modified" // 304
 	OpenAPIPassed      = "passed"       // the apiserver refused (or failed): its answer passed through

@@ -262,12 +262,15 @@ func TestOpenAPIServeNeedsConsent(t *testing.T) {
 		{path: own, upstream: "301", code: 200, ct: "application/json"},
 		{path: own, upstream: "304", code: 200, ct: "application/json"},
 		{path: own, upstream: "404", code: 200, ct: "application/json"},
+		{path: own, upstream: "206", code: 200, ct: "application/json"},
+		{path: own, upstream: "412", code: 200, ct: "application/json"},
+		{path: own, upstream: "416", code: 200, ct: "application/json"},
 		{path: own, upstream: "200", md: none, code: 200, ct: "application/json"},
 		{path: own, accept: acceptProto, upstream: "301", code: 200, ct: acceptProto},
 		{path: own, ifNoneMatch: etag, upstream: "200", code: 304},
 		{path: "/openapi/v3/" + keyAdmission + "?hash=" + strings.Repeat("A", 128), upstream: "301", code: 301, ct: "application/json"},
 		{path: "/openapi/v3/" + keyAdmission, upstream: "200", code: 200, ct: "application/json"},
-		{path: own, upstream: "401"}, {path: own, upstream: "403", md: none}, {path: own, upstream: "429"},
+		{path: own, upstream: "401"}, {path: own, upstream: "403", md: none}, {path: own, upstream: "429"}, {path: own, upstream: "406"},
 		{path: own, upstream: "500"}, {path: own, upstream: "503"}, {path: own, upstream: ""},
 	} {
 		name := c.path + " accept=" + c.accept + " inm=" + c.ifNoneMatch + " upstream=" + c.upstream
