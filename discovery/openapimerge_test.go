@@ -12,6 +12,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/kube-openapi/pkg/handler3"
+	"k8s.io/kube-openapi/pkg/spec3"
 )
 
 // docView is what a test reads back from a merged document.
@@ -284,6 +287,14 @@ func TestBuildOpenAPIServe(t *testing.T) {
 	v := viewDoc(t, m.JSON)
 	findKind(t, v, "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies/{name}", gvkMAP)
 	findKind(t, v, "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/{name}", gvkVAP)
+	// What the front will serve as protobuf, and what kube-openapi reads, both accept it.
+	if _, err := handler3.ToV3ProtoBinary(m.JSON); err != nil {
+		t.Errorf("protobuf: %v", err)
+	}
+	var sp spec3.OpenAPI
+	if err := json.Unmarshal(m.JSON, &sp); err != nil || sp.Paths == nil || len(sp.Paths.Paths) != len(v.Paths) || len(sp.Components.Schemas) != len(v.Components.Schemas) {
+		t.Errorf("kube-openapi spec3: %v", err)
+	}
 	if !bytes.Contains(v.Info, []byte(`"1.36"`)) {
 		t.Errorf("info %s, want the newest's", v.Info)
 	}
