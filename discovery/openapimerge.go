@@ -137,6 +137,9 @@ func mergeOpenAPI(key string, inputs []*OpenAPISpec, now time.Time) (*OpenAPISpe
 		return nil, fmt.Errorf("encode: %w", err)
 	}
 	data := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+	if cap(data) > len(data)+len(data)/4 {
+		data = bytes.Clone(data) // the Topology and the memo keep it: not the buffer's spare room
+	}
 	if name, ok := danglingSchemaRef(data, schemas); ok {
 		return nil, fmt.Errorf("dangling reference to schema %q", name)
 	}

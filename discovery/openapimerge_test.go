@@ -12,6 +12,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/kube-openapi/pkg/handler3"
+	"k8s.io/kube-openapi/pkg/spec3"
 )
 
 // docView is what a test reads back from a merged document.
@@ -284,6 +287,14 @@ func TestBuildOpenAPIServe(t *testing.T) {
 	v := viewDoc(t, m.JSON)
 	findKind(t, v, "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies/{name}", gvkMAP)
 	findKind(t, v, "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/{name}", gvkVAP)
+	// What the front will serve as protobuf, and what kube-openapi reads, both accept it.
+	if _, err := handler3.ToV3ProtoBinary(m.JSON); err != nil {
+		t.Errorf("protobuf: %v", err)
+	}
+	var sp spec3.OpenAPI
+	if err := json.Unmarshal(m.JSON, &sp); err != nil || sp.Paths == nil || len(sp.Paths.Paths) != len(v.Paths) || len(sp.Components.Schemas) != len(v.Components.Schemas) {
+		t.Errorf("kube-openapi spec3: %v", err)
+	}
 	if !bytes.Contains(v.Info, []byte(`"1.36"`)) {
 		t.Errorf("info %s, want the newest's", v.Info)
 	}
@@ -336,18 +347,24 @@ func TestBuildOpenAPIMergeFails(t *testing.T) {
 	}
 }
 
-// The same facts in any order give the same merged bytes.
+// The same facts in any order, merged afresh each time, give the same merged bytes.
 func TestBuildOpenAPIMergeDeterministic(t *testing.T) {
 	facts := skewForMerge(t, true, true)
 	facts = append(facts, capturedFacts(t, "new-b", v136, true, keyAdmission))
 	facts[2] = withoutResources(facts[2], "admissionregistration.k8s.io/v1", "validatingadmissionpolicies")
-	first := Build("t", time.Unix(100, 0), facts).OpenAPIMerged(keyAdmission)
+	top := Build("t", time.Unix(100, 0), facts)
+	first := top.OpenAPIMerged(keyAdmission)
 	if first == nil {
 		t.Fatal("not merged")
+	}
+	// The fallback of several upstreams is a set, so xds makes its cluster.
+	if d := top.DecideOpenAPI(keyAdmission); d.Set != "new,new-b" || !slices.ContainsFunc(top.Sets, func(s CapabilitySet) bool { return s.ID == d.Set }) {
+		t.Errorf("fallback %q, sets %v", d.Set, top.Sets)
 	}
 	r := rand.New(rand.NewPCG(1, 2))
 	for i := range 50 {
 		r.Shuffle(len(facts), func(i, j int) { facts[i], facts[j] = facts[j], facts[i] })
+		resetMergeMemo() // merge again, not the memo's copy
 		m := Build("t", time.Unix(int64(200+i), 0), facts).OpenAPIMerged(keyAdmission)
 		if m == nil || !bytes.Equal(m.JSON, first.JSON) || m.Hash != first.Hash || !m.Built.Equal(first.Built) {
 			t.Fatalf("run %d differs", i)
