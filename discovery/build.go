@@ -143,13 +143,8 @@ func Build(version string, now time.Time, facts []UpstreamFacts) *Topology {
 	}
 	setOf := map[string]SetID{} // bitset key -> set
 	sets := map[SetID]CapabilitySet{}
-	decide := func(s bitset) Decision {
-		switch {
-		case s.equal(all):
-			return Decision{Action: ActionDefault}
-		case !s.intersects(ready):
-			return Decision{Action: ActionUnavailable}
-		}
+	// setFor names the upstreams of s; a set of several joins t.Sets, so xds makes its cluster.
+	setFor := func(s bitset) SetID {
 		k := s.key()
 		id, ok := setOf[k]
 		if !ok {
@@ -160,7 +155,16 @@ func Build(version string, now time.Time, facts []UpstreamFacts) *Topology {
 				sets[id] = CapabilitySet{ID: id, Members: members}
 			}
 		}
-		return Decision{Action: ActionRoute, Set: id}
+		return id
+	}
+	decide := func(s bitset) Decision {
+		switch {
+		case s.equal(all):
+			return Decision{Action: ActionDefault}
+		case !s.intersects(ready):
+			return Decision{Action: ActionUnavailable}
+		}
+		return Decision{Action: ActionRoute, Set: setFor(s)}
 	}
 	for key, c := range caps {
 		r := route{Decision: decide(c.servers)}
@@ -206,6 +210,7 @@ func Build(version string, now time.Time, facts []UpstreamFacts) *Topology {
 			}
 		}
 	}
+	t.openapi = buildOpenAPI(now, facts, caps, ready, setFor)
 	for _, s := range sets {
 		t.Sets = append(t.Sets, s)
 	}

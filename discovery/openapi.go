@@ -1,9 +1,16 @@
 package discovery
 
 import (
+	"crypto/sha512"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"path"
 	"slices"
 	"strings"
 	"time"
+
+	"k8s.io/kube-openapi/pkg/handler3"
 )
 
 // OpenAPI v3 at the front. Every apiserver publishes an index, /openapi/v3, that names one document
@@ -13,15 +20,28 @@ import (
 // naming exactly those documents by their hashes, so a client that reads the front's index and then
 // the documents it names always gets the documents, never a redirect to another apiserver's.
 //
-// Per key K (see DecideOpenAPI):
+// Per key K (see DecideOpenAPI), over the proven upstreams (one whose index is not known yet lists
+// nothing):
 //   - every proven upstream lists K with one hash: ActionDefault (any apiserver serves it);
 //   - else the upstreams that list K and serve every resource of K's group-version in the merged
-//     discovery, grouped by their hash for K: ActionRoute to the group of the highest version (then
-//     the most members, then the smallest hash), or ActionUnavailable if none of those is ready;
+//     discovery (every resource and subresource key; a key that names no group-version, such as
+//     "version", "apis" or "apis/<group>", has no resources, so every upstream listing it
+//     qualifies), grouped by their hash for K: ActionRoute to the first group with a ready member,
+//     in the order highest version (k8s.io/apimachinery's ParseGeneric of Upstream.Version, an
+//     unparsable one the lowest), then the most members, then the smallest hash; ActionUnavailable
+//     (Hash: the first group's) if none of those groups has a ready member;
 //   - nobody serves every resource of the group-version: ActionServe, the front serves a document
-//     merged from every upstream's (OpenAPIMerged), with Set the fallback for Envoy's route table
-//     (the group serving the most of those resources). Until the merged document can be built, the
-//     decision is ActionRoute to that fallback.
+//     merged from the documents of every hash (OpenAPIMerged, rule in openapimerge.go), with Set the
+//     fallback for Envoy's route table: the group serving the most of those resources (ready ones
+//     first, then the order above). Until the merged document can be built (documents not fetched
+//     yet: OpenAPIWants names, per upstream, the keys to fetch, only for hashes no upstream has
+//     fetched; inputs that do not merge: OpenAPIDegraded), the decision is ActionRoute to that
+//     fallback with its hash (ActionUnavailable if none of it is ready). When the upstreams listing
+//     K all publish one hash, a merge would add nothing: ActionRoute to them, nothing fetched.
+//
+// Sets of several upstreams that a decision names join Topology.Sets, as resource decisions' do.
+// The front's index names every key with its decision's Hash; it is nil (pass the request through)
+// when every decision is ActionDefault: all upstreams publish the same index.
 
 // OpenAPIIndex is one upstream's /openapi/v3 index: document key -> hash.
 type OpenAPIIndex struct {
@@ -62,6 +82,7 @@ type openAPIView struct {
 	decisions map[string]OpenAPIDecision
 	merged    map[string]*OpenAPISpec
 	wants     map[string][]string
+	degraded  map[string]string // key -> why its merged document is not served
 }
 
 // OpenAPIIndex returns the index the front serves at /openapi/v3, nil when the front passes the
@@ -92,6 +113,38 @@ func (t *Topology) OpenAPIDecisions() []OpenAPIKeyDecision {
 // not have: the controller fetches them and builds again.
 func (t *Topology) OpenAPIWants() map[string][]string { return t.openapi.wants }
 
+// OpenAPIDegraded returns, per key that needs a merged document the front does not serve yet (its
+// decision routes to the fallback), the reason: documents still to fetch, or inputs that do not merge.
+func (t *Topology) OpenAPIDegraded() map[string]string { return t.openapi.degraded }
+
 func sortKeyDecisions(ds []OpenAPIKeyDecision) {
 	slices.SortFunc(ds, func(a, b OpenAPIKeyDecision) int { return strings.Compare(a.Key, b.Key) })
 }
+
+// openAPIIndexSpec is the front's /openapi/v3 index, made exactly as kube-openapi's handler3 makes its
+// own (OpenAPIService.buildDiscoveryCacheLocked): json.Marshal of OpenAPIV3Discovery, one URL per
+// key naming the document by the hash the decision gives.
+func openAPIIndexSpec(decisions map[string]OpenAPIDecision, now time.Time) *OpenAPISpec {
+	index := handler3.OpenAPIV3Discovery{Paths: make(map[string]handler3.OpenAPIV3DiscoveryGroupVersion, len(decisions))}
+	for key, d := range decisions {
+		index.Paths[key] = handler3.OpenAPIV3DiscoveryGroupVersion{ServerRelativeURL: openAPIDocumentURL(key, d.Hash)}
+	}
+	data, err := json.Marshal(index)
+	if err != nil {
+		panic(fmt.Sprintf("discovery: marshal OpenAPI index: %v", err)) // strings only: cannot fail
+	}
+	return &OpenAPISpec{JSON: data, Hash: openAPIHash(data), Built: now}
+}
+
+// openAPIDocumentURL is kube-openapi handler3's constructServerRelativeURL: the URL of the document of
+// key under hash, as an index names it.
+func openAPIDocumentURL(key, hash string) string {
+	u := url.URL{Path: path.Join("/openapi/v3", key)}
+	query := url.Values{}
+	query.Set("hash", hash)
+	u.RawQuery = query.Encode()
+	return u.String()
+}
+
+// openAPIHash is kube-openapi handler3's computeETag: SHA-512 in upper-case hex.
+func openAPIHash(data []byte) string { return fmt.Sprintf("%X", sha512.Sum512(data)) }

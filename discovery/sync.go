@@ -203,11 +203,25 @@ func fingerprint(t *Topology) [32]byte {
 		K  []SkewedResource
 		E1 string
 		E2 string
-	}{t.Upstreams, t.Unproven, t.Ignored, t.Sets, t.Skewed(), t.API.ETag, t.APIs.ETag})
+		// OpenAPI: the non-default decisions (their hashes name merged documents too), the front's index
+		// (it names the default keys' hashes), and what the controller fetches and /debug shows.
+		OD []OpenAPIKeyDecision
+		OI string
+		OW map[string][]string
+		OG map[string]string
+	}{t.Upstreams, t.Unproven, t.Ignored, t.Sets, t.Skewed(), t.API.ETag, t.APIs.ETag,
+		t.OpenAPIDecisions(), openAPIIndexHash(t), t.OpenAPIWants(), t.OpenAPIDegraded()})
 	if err != nil {
 		panic(err)
 	}
 	return sha256.Sum256(data)
+}
+
+func openAPIIndexHash(t *Topology) string {
+	if i := t.OpenAPIIndex(); i != nil {
+		return i.Hash
+	}
+	return ""
 }
 
 func (c *Controller) noteRejections(rejected []rejection, leases []*coordinationv1.Lease) {

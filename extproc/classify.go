@@ -66,7 +66,7 @@ func Classify(method, rawPath string) (Request, error) {
 		}
 	}
 	path, query, _ := strings.Cut(rawPath, "?")
-	if path[0] != '/' {
+	if path == "" || path[0] != '/' {
 		return Request{}, errNotAbs
 	}
 	if strings.IndexByte(path, '%') >= 0 {

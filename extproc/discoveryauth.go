@@ -8,8 +8,8 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 )
 
-// Discovery at the front never shows a request more than an apiserver would. The merged documents
-// are only served to a request an apiserver has let through authentication and authorization:
+// Discovery (and OpenAPI v3, openapi.go) at the front never shows a request more than an apiserver
+// would. The merged documents are only served to a request an apiserver has let through authentication and authorization:
 //
 //  1. request_headers: the request goes on to the default cluster (or its anonymous twin) like any
 //     other, and the answer carries mode_override {response_header_mode: SEND}, so Envoy sends this
@@ -55,6 +55,30 @@ func authorizedStatus(code int) bool {
 	return false
 }
 
+// authorizedOpenAPIStatus is authorizedStatus for the OpenAPI v3 paths: every status their handlers
+// write after the handler chain authorized the request. handler3 (kube-openapi pkg/handler3)
+// answers 301 to a ?hash= it does not publish (the usual answer to the front's merged hash) and
+// http.ServeContent's 200, 206, 304, 412 and 416; kube-aggregator's OpenAPI v3 handler answers 404
+// for a key none of its delegates lists. /openapi and /openapi/* are non-resource URLs authorized by
+// path alone (system:discovery), the same on every apiserver.
+func authorizedOpenAPIStatus(code int) bool {
+	switch code {
+	case http.StatusOK, http.StatusPartialContent, http.StatusMovedPermanently, http.StatusNotModified,
+		http.StatusNotFound, http.StatusPreconditionFailed, http.StatusRequestedRangeNotSatisfiable:
+		return true
+	}
+	return false
+}
+
+// pending is the answer chosen from the request headers, waiting on the stream for the upstream's
+// response headers: one pointer per stream.
+type pending struct {
+	resp *extprocv3.ProcessingResponse
+	// openAPI is the OpenAPI kind (OpenAPIIndex, OpenAPIDocument) of an OpenAPI answer, "" for
+	// discovery.
+	openAPI string
+}
+
 // Discovery outcomes in the response phase (label values of skewgate_extproc_discovery_responses_total).
 const (
 	DiscoveryServed     = "served"     // the apiserver authorized the request: the merged answer replaced its own
@@ -62,10 +86,19 @@ const (
 	DiscoveryUnexpected = "unexpected" // response headers on a stream that holds no discovery answer
 )
 
+// OpenAPI outcomes in the response phase (label values of skewgate_extproc_openapi_responses_total):
+// the front's answer by its status, or the apiserver's passed through.
+const (
+	OpenAPIServed      = "served"       // 200 (or 206, 412, 416)
+	OpenAPIRedirected  = "redirected"   // 301 to the hash the front publishes
+	OpenAPINotModified = "not_modified" // 304
+	OpenAPIPassed      = "passed"       // the apiserver refused (or failed): its answer passed through
+)
+
 // responseHeaders answers the upstream's response headers on a stream that asked for them.
-func (s *Server) responseHeaders(h *extprocv3.HttpHeaders, pending *extprocv3.ProcessingResponse) *extprocv3.ProcessingResponse {
+func (s *Server) responseHeaders(h *extprocv3.HttpHeaders, p *pending) *extprocv3.ProcessingResponse {
 	pass := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{}}}
-	if pending == nil {
+	if p == nil {
 		s.metrics.discoveryResponses.WithLabelValues(DiscoveryUnexpected).Inc()
 		return pass
 	}
@@ -78,10 +111,25 @@ func (s *Server) responseHeaders(h *extprocv3.HttpHeaders, pending *extprocv3.Pr
 			break
 		}
 	}
+	if p.openAPI != "" {
+		if !authorizedOpenAPIStatus(code) {
+			s.metrics.openAPIResponses.WithLabelValues(p.openAPI, OpenAPIPassed).Inc()
+			return pass
+		}
+		outcome := OpenAPIServed
+		switch p.resp.GetImmediateResponse().GetStatus().GetCode() {
+		case http.StatusMovedPermanently:
+			outcome = OpenAPIRedirected
+		case http.StatusNotModified:
+			outcome = OpenAPINotModified
+		}
+		s.metrics.openAPIResponses.WithLabelValues(p.openAPI, outcome).Inc()
+		return p.resp
+	}
 	if !authorizedStatus(code) {
 		s.metrics.discoveryResponses.WithLabelValues(DiscoveryPassed).Inc()
 		return pass
 	}
 	s.metrics.discoveryResponses.WithLabelValues(DiscoveryServed).Inc()
-	return pending
+	return p.resp
 }

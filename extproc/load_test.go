@@ -39,11 +39,11 @@ func BenchmarkDiscoveryAnswer(b *testing.B) {
 	upstream := upstreamStatus("200").GetResponseHeaders()
 	b.ReportAllocs()
 	for b.Loop() {
-		r, pending := s.requestHeaders(hs, false)
-		if r.GetModeOverride() == nil || pending == nil {
+		r, p := s.requestHeaders(hs, false)
+		if r.GetModeOverride() == nil || p == nil {
 			b.Fatal(r)
 		}
-		if a := s.responseHeaders(upstream, pending); a.GetImmediateResponse() == nil {
+		if a := s.responseHeaders(upstream, p); a.GetImmediateResponse() == nil {
 			b.Fatal(a)
 		}
 	}

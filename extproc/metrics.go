@@ -9,6 +9,7 @@ const (
 	OutcomeUnavailable = "unavailable" // 503: capable upstreams exist, none is ready
 	OutcomePending     = "pending"     // 503: the capable set's cluster is not in every Envoy yet
 	OutcomeDiscovery   = "discovery"   // discovery the front serves merged once an apiserver authorizes the request
+	OutcomeOpenAPI     = "openapi"     // an OpenAPI v3 index or document the front serves once an apiserver authorizes the request
 	OutcomePassthrough = "passthrough" // non-resource request, or discovery an apiserver answers itself (profile=nopeer)
 	OutcomeUnsynced    = "unsynced"    // no Topology yet: default route
 	OutcomeInvalid     = "invalid"     // malformed request: 400
@@ -20,13 +21,14 @@ type metrics struct {
 	streams   prometheus.Gauge
 
 	discoveryResponses *prometheus.CounterVec
+	openAPIResponses   *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "skewgate_extproc_decisions_total",
-			Help: "Routing decisions by outcome (default, routed, unavailable, pending, discovery, passthrough, unsynced, invalid).",
+			Help: "Routing decisions by outcome (default, routed, unavailable, pending, discovery, openapi, passthrough, unsynced, invalid).",
 		}, []string{"outcome"}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "skewgate_extproc_decision_duration_seconds",
@@ -41,14 +43,23 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "skewgate_extproc_discovery_responses_total",
 			Help: "Discovery requests in the response phase by outcome (served: the apiserver authorized it and the merged answer replaced its own; passed: its refusal or error passed through; unexpected: response headers without a pending answer).",
 		}, []string{"outcome"}),
+		openAPIResponses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "skewgate_extproc_openapi_responses_total",
+			Help: "OpenAPI v3 requests the front answers, in the response phase, by kind (index, document) and outcome (served, redirected, not_modified: the apiserver authorized it and the front's answer replaced its own; passed: its refusal or error passed through).",
+		}, []string{"kind", "outcome"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.decisions, m.latency, m.streams, m.discoveryResponses)
+		reg.MustRegister(m.decisions, m.latency, m.streams, m.discoveryResponses, m.openAPIResponses)
+	}
+	for _, k := range []string{OpenAPIIndex, OpenAPIDocument} {
+		for _, o := range []string{OpenAPIServed, OpenAPIRedirected, OpenAPINotModified, OpenAPIPassed} {
+			m.openAPIResponses.WithLabelValues(k, o)
+		}
 	}
 	for _, o := range []string{DiscoveryServed, DiscoveryPassed, DiscoveryUnexpected} {
 		m.discoveryResponses.WithLabelValues(o)
 	}
-	for _, o := range []string{OutcomeDefault, OutcomeRouted, OutcomeUnavailable, OutcomePending, OutcomeDiscovery, OutcomePassthrough, OutcomeUnsynced, OutcomeInvalid} {
+	for _, o := range []string{OutcomeDefault, OutcomeRouted, OutcomeUnavailable, OutcomePending, OutcomeDiscovery, OutcomeOpenAPI, OutcomePassthrough, OutcomeUnsynced, OutcomeInvalid} {
 		m.decisions.WithLabelValues(o)
 	}
 	return m

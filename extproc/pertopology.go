@@ -26,3 +26,12 @@ func (m *perTopology[T]) get(t *discovery.Topology, build func(*discovery.Topolo
 	m.p.Store(e)
 	return e.v
 }
+
+// load returns the value built last, or the zero value.
+func (m *perTopology[T]) load() T {
+	if e := m.p.Load(); e != nil {
+		return e.v
+	}
+	var zero T
+	return zero
+}

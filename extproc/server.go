@@ -50,6 +50,7 @@ type Server struct {
 	metrics *metrics
 
 	frontDiscovery perTopology[*frontDiscovery]
+	frontOpenAPI   perTopology[*frontOpenAPI]
 	clusterNames   perTopology[*clusterNames]
 	identities     identityCache
 }
@@ -80,8 +81,8 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 		v := md.Get(wire.CredentialsMetadata)
 		anonymous = len(v) == 1 && v[0] == wire.CredentialsNone
 	}
-	// pending is the discovery answer chosen from the request, sent only if an apiserver authorizes it.
-	var pending *extprocv3.ProcessingResponse
+	// pending is the answer chosen from the request, sent only if an apiserver authorizes it.
+	var p *pending
 	for {
 		req, err := stream.Recv()
 		if err != nil {
@@ -93,10 +94,10 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 		var resp *extprocv3.ProcessingResponse
 		switch r := req.Request.(type) {
 		case *extprocv3.ProcessingRequest_RequestHeaders:
-			resp, pending = s.requestHeaders(r.RequestHeaders, anonymous)
+			resp, p = s.requestHeaders(r.RequestHeaders, anonymous)
 		case *extprocv3.ProcessingRequest_ResponseHeaders:
-			resp = s.responseHeaders(r.ResponseHeaders, pending)
-			pending = nil
+			resp = s.responseHeaders(r.ResponseHeaders, p)
+			p = nil
 		case *extprocv3.ProcessingRequest_RequestBody:
 			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{}}}
 		case *extprocv3.ProcessingRequest_ResponseBody:
@@ -127,12 +128,22 @@ type headersRead struct {
 	method, path, accept, ifNoneMatch, clientCert string
 	hasPath, upgrade, anonymous                   bool
 	extra                                         []string // client-supplied X-Remote-Extra-* names
+	// The other conditional request headers, for the OpenAPI answers (http.ServeContent reads them):
+	// the first of each, as net/http's Header.Get.
+	ifModifiedSince, ifMatch, ifUnmodifiedSince, rang, ifRang string
+}
+
+// first sets *dst to v unless it is set already.
+func first(dst *string, v string) {
+	if *dst == "" {
+		*dst = v
+	}
 }
 
 // requestHeaders decides for one request. For a discovery request the front serves itself it also
 // returns the finished answer to send once the upstream's response headers show the request is
 // authorized.
-func (s *Server) requestHeaders(h *extprocv3.HttpHeaders, anonymous bool) (*extprocv3.ProcessingResponse, *extprocv3.ProcessingResponse) {
+func (s *Server) requestHeaders(h *extprocv3.HttpHeaders, anonymous bool) (*extprocv3.ProcessingResponse, *pending) {
 	start := time.Now()
 	r := headersRead{anonymous: anonymous}
 	for _, hv := range h.GetHeaders().GetHeaders() {
@@ -145,6 +156,16 @@ func (s *Server) requestHeaders(h *extprocv3.HttpHeaders, anonymous bool) (*extp
 			r.accept = headerValue(hv)
 		case k == "if-none-match":
 			r.ifNoneMatch = headerValue(hv)
+		case k == "if-modified-since":
+			first(&r.ifModifiedSince, headerValue(hv))
+		case k == "if-match":
+			first(&r.ifMatch, headerValue(hv))
+		case k == "if-unmodified-since":
+			first(&r.ifUnmodifiedSince, headerValue(hv))
+		case k == "range":
+			first(&r.rang, headerValue(hv))
+		case k == "if-range":
+			first(&r.ifRang, headerValue(hv))
 		case k == "upgrade":
 			r.upgrade = headerValue(hv) != ""
 		case k == wire.ForwardedCertHeader:
@@ -153,16 +174,16 @@ func (s *Server) requestHeaders(h *extprocv3.HttpHeaders, anonymous bool) (*extp
 			r.extra = append(r.extra, k)
 		}
 	}
-	outcome, resp, pending := s.decide(&r)
+	outcome, resp, p := s.decide(&r)
 	s.metrics.decisions.WithLabelValues(outcome).Inc()
 	s.metrics.latency.Observe(time.Since(start).Seconds())
 	if ce := s.log.Check(zap.DebugLevel, "decision"); ce != nil {
 		ce.Write(zap.String("method", r.method), zap.String("path", r.path), zap.String("outcome", outcome))
 	}
-	return resp, pending
+	return resp, p
 }
 
-func (s *Server) decide(r *headersRead) (string, *extprocv3.ProcessingResponse, *extprocv3.ProcessingResponse) {
+func (s *Server) decide(r *headersRead) (string, *extprocv3.ProcessingResponse, *pending) {
 	if !r.hasPath {
 		return OutcomeInvalid, immediate(http.StatusBadRequest, "BadRequest", "request has no :path"), nil
 	}
@@ -190,12 +211,15 @@ func (s *Server) decide(r *headersRead) (string, *extprocv3.ProcessingResponse, 
 			// replaces a document it was allowed to see (responseHeaders).
 			resp := s.continueWith(r, all, id)
 			resp.ModeOverride = discoveryMode
-			return OutcomeDiscovery, resp, answer
+			return OutcomeDiscovery, resp, &pending{resp: answer}
 		}
 		return OutcomePassthrough, s.continueWith(r, all, id), nil
 	case NonResource:
 		if t == nil {
 			return OutcomeUnsynced, s.continueWith(r, "", id), nil
+		}
+		if o, resp, p, ok := s.decideOpenAPI(r, t, c, anonymous, id); ok {
+			return o, resp, p
 		}
 		if isSchemaPath(r.path) {
 			if d := t.DecideSchemas(); d.Action == discovery.ActionRoute {
@@ -222,7 +246,7 @@ func (s *Server) decide(r *headersRead) (string, *extprocv3.ProcessingResponse, 
 }
 
 // routeTo sends the request to the cluster of d's set, once every Envoy has it.
-func (s *Server) routeTo(r *headersRead, t *discovery.Topology, c Request, d discovery.Decision, anonymous bool, id *identity) (string, *extprocv3.ProcessingResponse, *extprocv3.ProcessingResponse) {
+func (s *Server) routeTo(r *headersRead, t *discovery.Topology, c Request, d discovery.Decision, anonymous bool, id *identity) (string, *extprocv3.ProcessingResponse, *pending) {
 	cluster := r.target(s.clustersFor(t).of(d.Set), anonymous)
 	if s.gate != nil && !s.gate.ClusterReady(cluster) {
 		what := "the API schemas"

@@ -342,6 +342,7 @@ func TestProcessTable(t *testing.T) {
 		{"GET", "/" + strings.Repeat("a", 64<<10), pass},
 		{"GET", "/apis/\xff\xfe/v1/things", pass},
 		{"GET", "relative/path", bad},
+		{"GET", "?x", bad},
 		{"GET", "\x00none", bad},
 		{"GET", "/api/v1/watch", bad},
 	}
@@ -371,8 +372,8 @@ func TestProcessTable(t *testing.T) {
 	if got := testutil.ToFloat64(h.srv.metrics.discoveryResponses.WithLabelValues(DiscoveryServed)); int(got) != outcomes[OutcomeDiscovery] {
 		t.Errorf("discovery served = %v, want %d", got, outcomes[OutcomeDiscovery])
 	}
-	if got := testutil.CollectAndCount(h.srv.metrics.decisions); got != 8 {
-		t.Errorf("%d decision outcomes exported, want 8", got)
+	if got := testutil.CollectAndCount(h.srv.metrics.decisions); got != 9 {
+		t.Errorf("%d decision outcomes exported, want 9", got)
 	}
 }
 

@@ -134,6 +134,7 @@ func (tb *translator) skewTable(retry *routev3.RetryPolicy, anon *anypb.Any) ([]
 	if err != nil {
 		return nil, err
 	}
+	routes = append(routes, tb.openAPIRoutes(retry)...)
 	routes = append(routes, tb.schemaRoutes(retry)...)
 	tb.skewSkipped = skipped
 	return withAnonymousTwins(routes, anon), nil

@@ -40,6 +40,9 @@ type scenario struct {
 		Ready    bool   `json:"ready"`
 		APIs     string `json:"apis"`
 		Departed bool   `json:"departed"`
+		Version  string `json:"version"`
+		// OpenAPI is the upstream's /openapi/v3 index: key -> hash.
+		OpenAPI map[string]string `json:"openapi"`
 	} `json:"upstreams"`
 }
 
@@ -71,8 +74,11 @@ func loadScenario(t testing.TB, path string) *discovery.Topology {
 	var facts []discovery.UpstreamFacts
 	for _, u := range sc.Upstreams {
 		f := discovery.UpstreamFacts{
-			Upstream: discovery.Upstream{Name: u.Name, Address: u.Address, Ready: u.Ready, Source: discovery.SourceStatic},
+			Upstream: discovery.Upstream{Name: u.Name, Address: u.Address, Ready: u.Ready, Source: discovery.SourceStatic, Version: u.Version},
 			Departed: u.Departed,
+		}
+		if u.OpenAPI != nil {
+			f.OpenAPI = &discovery.OpenAPIIndex{Keys: u.OpenAPI, Hash: u.Name}
 		}
 		if u.APIs != "" {
 			f.API, f.APIs = core, readDoc(t, "apis-"+u.APIs)

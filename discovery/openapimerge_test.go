@@ -1,0 +1,373 @@
+package discovery
+
+import (
+	"bytes"
+	"crypto/sha512"
+	"encoding/hex"
+	"encoding/json"
+	"maps"
+	"math/rand/v2"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/kube-openapi/pkg/handler3"
+	"k8s.io/kube-openapi/pkg/spec3"
+)
+
+// docView is what a test reads back from a merged document.
+type docView struct {
+	Paths      map[string]json.RawMessage `json:"paths"`
+	Components struct {
+		Schemas map[string]json.RawMessage `json:"schemas"`
+	} `json:"components"`
+	Info json.RawMessage `json:"info"`
+}
+
+func viewDoc(t *testing.T, data []byte) docView {
+	t.Helper()
+	var v docView
+	if err := json.Unmarshal(data, &v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// findKind finds a kind's schema the way kubectl explain's plaintext template does: the GVK of the
+// resource's path item (get), then the schema whose x-kubernetes-group-version-kind lists it.
+func findKind(t *testing.T, v docView, resourcePath string, want gvk) string {
+	t.Helper()
+	var item struct {
+		Get struct {
+			GVK gvk `json:"x-kubernetes-group-version-kind"`
+		} `json:"get"`
+	}
+	raw, ok := v.Paths[resourcePath]
+	if !ok {
+		t.Errorf("no path %s", resourcePath)
+		return ""
+	}
+	if err := json.Unmarshal(raw, &item); err != nil {
+		t.Fatal(err)
+	}
+	if item.Get.GVK != want {
+		t.Errorf("%s: GVK %+v, want %+v", resourcePath, item.Get.GVK, want)
+	}
+	for _, name := range slices.Sorted(maps.Keys(v.Components.Schemas)) {
+		var s struct {
+			GVKs []gvk `json:"x-kubernetes-group-version-kind"`
+		}
+		if err := json.Unmarshal(v.Components.Schemas[name], &s); err != nil {
+			t.Fatal(err)
+		}
+		if slices.Contains(s.GVKs, want) {
+			return name
+		}
+	}
+	t.Errorf("no schema for %+v", want)
+	return ""
+}
+
+// splitDoc returns a copy of data without the paths containing any of drop and the schemas whose name
+// starts with any of dropSchemas, as a document of its own (its own bytes and hash).
+func splitDoc(t testing.TB, in *OpenAPISpec, drop, dropSchemas []string, built time.Time) *OpenAPISpec {
+	t.Helper()
+	var top map[string]any
+	if err := json.Unmarshal(in.JSON, &top); err != nil {
+		t.Fatal(err)
+	}
+	paths := top["paths"].(map[string]any)
+	for p := range paths {
+		for _, d := range drop {
+			if strings.Contains(p, d) {
+				delete(paths, p)
+			}
+		}
+	}
+	schemas := top["components"].(map[string]any)["schemas"].(map[string]any)
+	for name := range schemas {
+		for _, d := range dropSchemas {
+			if strings.HasPrefix(name, d) {
+				delete(schemas, name)
+			}
+		}
+	}
+	data, err := json.Marshal(top)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &OpenAPISpec{JSON: data, Hash: openAPIHash(data), Built: built}
+}
+
+const admPrefix = "io.k8s.api.admissionregistration.v1."
+
+var (
+	gvkMAP = gvk{Group: "admissionregistration.k8s.io", Version: "v1", Kind: "MutatingAdmissionPolicy"}
+	gvkVAP = gvk{Group: "admissionregistration.k8s.io", Version: "v1", Kind: "ValidatingAdmissionPolicy"}
+)
+
+// Two inputs, each lacking one resource's paths and schemas: the merge has both, findable by GVK, and
+// every path and schema of the original.
+func TestMergeOpenAPISplit(t *testing.T) {
+	full := loadCaptured(t, v136).docs[keyAdmission]
+	t0 := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	noMAP := splitDoc(t, full, []string{"mutatingadmissionpolicies"}, []string{admPrefix + "MutatingAdmissionPolic"}, t0)
+	noVAP := splitDoc(t, full, []string{"validatingadmissionpolicies"}, []string{admPrefix + "ValidatingAdmissionPolic"}, t0.Add(time.Minute))
+	for _, in := range []*OpenAPISpec{noMAP, noVAP} {
+		if findKindQuiet(in.JSON, gvkMAP) && findKindQuiet(in.JSON, gvkVAP) {
+			t.Fatal("split input still has both kinds")
+		}
+	}
+	m, err := mergeOpenAPI(keyAdmission, []*OpenAPISpec{noMAP, noVAP}, time.Unix(1, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := viewDoc(t, m.JSON)
+	if name := findKind(t, v, "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies/{name}", gvkMAP); name != admPrefix+"MutatingAdmissionPolicy" {
+		t.Errorf("MutatingAdmissionPolicy schema %q", name)
+	}
+	if name := findKind(t, v, "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/{name}", gvkVAP); name != admPrefix+"ValidatingAdmissionPolicy" {
+		t.Errorf("ValidatingAdmissionPolicy schema %q", name)
+	}
+	orig := viewDoc(t, full.JSON)
+	if !slices.Equal(slices.Sorted(maps.Keys(v.Paths)), slices.Sorted(maps.Keys(orig.Paths))) {
+		t.Errorf("paths %d, original %d", len(v.Paths), len(orig.Paths))
+	}
+	if !slices.Equal(slices.Sorted(maps.Keys(v.Components.Schemas)), slices.Sorted(maps.Keys(orig.Components.Schemas))) {
+		t.Errorf("schemas %d, original %d", len(v.Components.Schemas), len(orig.Components.Schemas))
+	}
+	for p, item := range orig.Paths {
+		if !jsonEqual(t, item, v.Paths[p]) {
+			t.Errorf("path %s changed", p)
+		}
+	}
+	for name, s := range orig.Components.Schemas {
+		if !jsonEqual(t, s, v.Components.Schemas[name]) {
+			t.Errorf("schema %s changed", name)
+		}
+	}
+	sum := sha512.Sum512(m.JSON)
+	if m.Hash != strings.ToUpper(hex.EncodeToString(sum[:])) {
+		t.Error("hash is not the SHA-512 of the bytes")
+	}
+	if !m.Built.Equal(t0.Add(time.Minute)) {
+		t.Errorf("built %v, want the latest input's", m.Built)
+	}
+	if bytes.Contains(m.JSON, []byte("\n")) || !json.Valid(m.JSON) {
+		t.Error("output not compact JSON")
+	}
+}
+
+func findKindQuiet(data []byte, want gvk) bool {
+	var v docView
+	if json.Unmarshal(data, &v) != nil {
+		return false
+	}
+	for _, s := range v.Components.Schemas {
+		var x struct {
+			GVKs []gvk `json:"x-kubernetes-group-version-kind"`
+		}
+		if json.Unmarshal(s, &x) == nil && slices.Contains(x.GVKs, want) {
+			return true
+		}
+	}
+	return false
+}
+
+// jsonEqual compares two JSON values (the split inputs were re-marshalled: their key order differs).
+func jsonEqual(t *testing.T, a, b []byte) bool {
+	t.Helper()
+	var va, vb any
+	if json.Unmarshal(a, &va) != nil || json.Unmarshal(b, &vb) != nil {
+		return false
+	}
+	return reflect.DeepEqual(va, vb)
+}
+
+func spec(t *testing.T, doc string) *OpenAPISpec {
+	t.Helper()
+	if !json.Valid([]byte(doc)) {
+		t.Fatalf("invalid test document %s", doc)
+	}
+	return &OpenAPISpec{JSON: []byte(doc), Hash: openAPIHash([]byte(doc))}
+}
+
+// On a name clash the newest input's schema wins; the loser's kinds of this group-version are added.
+func TestMergeOpenAPIClash(t *testing.T) {
+	newest := spec(t, `{"openapi":"3.0.0","info":{"version":"new"},"paths":{"/apis/g/v1/xs":{"get":{"description":"new"}}},
+		"components":{"schemas":{
+		"g.v1.X":{"description":"new X","x-kubernetes-group-version-kind":[{"group":"g","kind":"X","version":"v1"}]},
+		"g.v1.Same":{"type":"string"}}}}`)
+	older := spec(t, `{"openapi":"3.0.0","info":{"version":"old"},"paths":{"/apis/g/v1/xs":{"get":{"description":"old"}},"/apis/g/v1/ys":{"get":{"$ref":"#/components/schemas/g.v1.Y"}}},
+		"components":{"schemas":{
+		"g.v1.X":{"description":"old X","x-kubernetes-group-version-kind":[{"group":"g","kind":"X","version":"v1"},{"group":"g","kind":"X2","version":"v1"},{"group":"other","kind":"Z","version":"v1"}]},
+		"g.v1.Same":{"type":"string"},
+		"g.v1.Y":{"description":"only old"}}}}`)
+	m, err := mergeOpenAPI("apis/g/v1", []*OpenAPISpec{newest, older}, time.Unix(1, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"components":{"schemas":{` +
+		`"g.v1.Same":{"type":"string"},` +
+		`"g.v1.X":{"description":"new X","x-kubernetes-group-version-kind":[{"group":"g","kind":"X","version":"v1"},{"group":"g","kind":"X2","version":"v1"}]},` +
+		`"g.v1.Y":{"description":"only old"}}},` +
+		`"info":{"version":"new"},"openapi":"3.0.0",` +
+		`"paths":{"/apis/g/v1/xs":{"get":{"description":"new"}},"/apis/g/v1/ys":{"get":{"$ref":"#/components/schemas/g.v1.Y"}}}}`
+	if string(m.JSON) != want {
+		t.Errorf("merged\n%s\nwant\n%s", m.JSON, want)
+	}
+	if !m.Built.Equal(time.Unix(1, 0)) {
+		t.Errorf("built %v: inputs without a time take now", m.Built)
+	}
+	// The same clash the other way round: the other document is newest now.
+	m2, err := mergeOpenAPI("apis/g/v1", []*OpenAPISpec{older, newest}, time.Unix(1, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(m2.JSON, []byte(`"description":"old X"`)) || bytes.Contains(m2.JSON, []byte(`"description":"new X"`)) {
+		t.Errorf("older first: %s", m2.JSON)
+	}
+}
+
+func TestMergeOpenAPIRejects(t *testing.T) {
+	ok := spec(t, `{"openapi":"3.0.0","paths":{},"components":{"schemas":{"a":{}}}}`)
+	for _, tc := range []struct {
+		name, doc, err string
+	}{
+		{"dangling ref", `{"paths":{"/p":{"get":{"schema":{"$ref":"#/components/schemas/missing"}}}},"components":{"schemas":{"b":{}}}}`, `dangling reference to schema "missing"`},
+		{"dangling ref in a schema", `{"paths":{},"components":{"schemas":{"b":{"allOf":[{"$ref":"#/components/schemas/c~1d"}]}}}}`, `dangling reference to schema "c/d"`},
+		{"paths not an object", `{"paths":[],"components":{"schemas":{}}}`, "paths: not a JSON object"},
+		{"schemas not an object", `{"paths":{},"components":{"schemas":"x"}}`, "components.schemas: not a JSON object"},
+		{"not an object", `[1]`, "not a JSON object"},
+		{"bad GVK list on clash", `{"paths":{},"components":{"schemas":{"a":{"x-kubernetes-group-version-kind":"x"}}}}`, "schema a"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := mergeOpenAPI("apis/g/v1", []*OpenAPISpec{ok, spec(t, tc.doc)}, time.Unix(1, 0))
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("error %v, want %q", err, tc.err)
+			}
+		})
+	}
+	// A reference escaped inside a description is no reference.
+	if _, err := mergeOpenAPI("apis/g/v1", []*OpenAPISpec{spec(t, `{"paths":{},"components":{"schemas":{"a":{"description":"see \"#/components/schemas/nothing\""}}}}`)}, time.Unix(1, 0)); err != nil {
+		t.Errorf("escaped quote: %v", err)
+	}
+}
+
+// skewForMerge is the testbed's skew with a twist: 1.36 does not serve validatingadmissionpolicies,
+// so nobody serves the whole admissionregistration.k8s.io/v1 and the front merges.
+func skewForMerge(t *testing.T, oldDocs, newDocs bool) []UpstreamFacts {
+	var od, nd []string
+	if oldDocs {
+		od = []string{keyAdmission}
+	}
+	if newDocs {
+		nd = []string{keyAdmission}
+	}
+	old := capturedFacts(t, "old", v135, true, od...)
+	nw := withoutResources(capturedFacts(t, "new", v136, true, nd...), "admissionregistration.k8s.io/v1", "validatingadmissionpolicies")
+	return []UpstreamFacts{old, nw}
+}
+
+func TestBuildOpenAPIServe(t *testing.T) {
+	top := Build("t", time.Unix(100, 0), skewForMerge(t, true, true))
+	d := top.DecideOpenAPI(keyAdmission)
+	m := top.OpenAPIMerged(keyAdmission)
+	if d.Action != ActionServe || m == nil || d.Hash != m.Hash || d.Set == "" {
+		t.Fatalf("decision %+v, merged %v", d, m != nil)
+	}
+	if !strings.Contains(string(top.OpenAPIIndex().JSON), `"`+keyAdmission+`":{"serverRelativeURL":"/openapi/v3/`+keyAdmission+`?hash=`+m.Hash+`"}`) {
+		t.Error("the index does not name the merged document")
+	}
+	if len(top.OpenAPIWants()) != 0 || len(top.OpenAPIDegraded()) != 0 {
+		t.Errorf("wants %v degraded %v", top.OpenAPIWants(), top.OpenAPIDegraded())
+	}
+	v := viewDoc(t, m.JSON)
+	findKind(t, v, "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies/{name}", gvkMAP)
+	findKind(t, v, "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/{name}", gvkVAP)
+	// What the front will serve as protobuf, and what kube-openapi reads, both accept it.
+	if _, err := handler3.ToV3ProtoBinary(m.JSON); err != nil {
+		t.Errorf("protobuf: %v", err)
+	}
+	var sp spec3.OpenAPI
+	if err := json.Unmarshal(m.JSON, &sp); err != nil || sp.Paths == nil || len(sp.Paths.Paths) != len(v.Paths) || len(sp.Components.Schemas) != len(v.Components.Schemas) {
+		t.Errorf("kube-openapi spec3: %v", err)
+	}
+	if !bytes.Contains(v.Info, []byte(`"1.36"`)) {
+		t.Errorf("info %s, want the newest's", v.Info)
+	}
+	// Other keys are unaffected.
+	if d := top.DecideOpenAPI(keyApps); d.Action != ActionRoute || d.Set != "new" {
+		t.Errorf("apps: %+v", d)
+	}
+	if top.OpenAPIMerged(keyApps) != nil {
+		t.Error("apps merged")
+	}
+}
+
+// One document fetched, the other not: route to the fallback and want only the missing one.
+func TestBuildOpenAPIWantsMissing(t *testing.T) {
+	top := Build("t", time.Unix(100, 0), skewForMerge(t, true, false))
+	if d := top.DecideOpenAPI(keyAdmission); d.Action != ActionRoute || top.OpenAPIMerged(keyAdmission) != nil {
+		t.Errorf("decision %+v", d)
+	}
+	if want := map[string][]string{"new": {keyAdmission}}; !equalWants(top.OpenAPIWants(), want) {
+		t.Errorf("wants %v, want %v", top.OpenAPIWants(), want)
+	}
+	// A document under another hash than the index names is not the one wanted.
+	facts := skewForMerge(t, true, true)
+	stale := *facts[1].OpenAPIDocs[keyAdmission]
+	stale.Hash = strings.Repeat("0", 128)
+	facts[1].OpenAPIDocs = map[string]*OpenAPISpec{keyAdmission: &stale}
+	top = Build("t", time.Unix(100, 0), facts)
+	if want := map[string][]string{"new": {keyAdmission}}; !equalWants(top.OpenAPIWants(), want) {
+		t.Errorf("stale document: wants %v, want %v", top.OpenAPIWants(), want)
+	}
+}
+
+// Inputs that do not merge: route to the fallback, flagged, nothing wanted.
+func TestBuildOpenAPIMergeFails(t *testing.T) {
+	facts := skewForMerge(t, true, true)
+	broken := spec(t, `{"paths":{"/x":{"$ref":"#/components/schemas/nope"}},"components":{"schemas":{}}}`)
+	facts[0].OpenAPI = loadCaptured(t, v135).withoutKeys()
+	facts[0].OpenAPI.Keys[keyAdmission] = broken.Hash
+	facts[0].OpenAPIDocs = map[string]*OpenAPISpec{keyAdmission: broken}
+	top := Build("t", time.Unix(100, 0), facts)
+	d := top.DecideOpenAPI(keyAdmission)
+	if d.Action != ActionRoute || top.OpenAPIMerged(keyAdmission) != nil {
+		t.Errorf("decision %+v", d)
+	}
+	if r := top.OpenAPIDegraded()[keyAdmission]; !strings.Contains(r, "dangling") {
+		t.Errorf("degraded %q", r)
+	}
+	if len(top.OpenAPIWants()) != 0 {
+		t.Errorf("wants %v", top.OpenAPIWants())
+	}
+}
+
+// The same facts in any order, merged afresh each time, give the same merged bytes.
+func TestBuildOpenAPIMergeDeterministic(t *testing.T) {
+	facts := skewForMerge(t, true, true)
+	facts = append(facts, capturedFacts(t, "new-b", v136, true, keyAdmission))
+	facts[2] = withoutResources(facts[2], "admissionregistration.k8s.io/v1", "validatingadmissionpolicies")
+	top := Build("t", time.Unix(100, 0), facts)
+	first := top.OpenAPIMerged(keyAdmission)
+	if first == nil {
+		t.Fatal("not merged")
+	}
+	// The fallback of several upstreams is a set, so xds makes its cluster.
+	if d := top.DecideOpenAPI(keyAdmission); d.Set != "new,new-b" || !slices.ContainsFunc(top.Sets, func(s CapabilitySet) bool { return s.ID == d.Set }) {
+		t.Errorf("fallback %q, sets %v", d.Set, top.Sets)
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := range 50 {
+		r.Shuffle(len(facts), func(i, j int) { facts[i], facts[j] = facts[j], facts[i] })
+		resetMergeMemo() // merge again, not the memo's copy
+		m := Build("t", time.Unix(int64(200+i), 0), facts).OpenAPIMerged(keyAdmission)
+		if m == nil || !bytes.Equal(m.JSON, first.JSON) || m.Hash != first.Hash || !m.Built.Equal(first.Built) {
+			t.Fatalf("run %d differs", i)
+		}
+	}
+}

@@ -1,0 +1,95 @@
+package discovery
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+)
+
+// splitObject agrees with json.Unmarshal into map[string]json.RawMessage on valid objects.
+func FuzzSplitObject(f *testing.F) {
+	for _, s := range []string{`{}`, ` { "a" : 1 , "b":[1,{"c":"}"}] } `, `{"a\"b":"x\\","c":{"d":[[]]}}`, `{"\u0061":true,"a":null}`,
+		`{"a":"\\\"}"}`, `[1]`, `{"a":}`, `{"a":{"b":[}]}}`, `{"a":1}x`, `{"a":"`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		var want map[string]json.RawMessage
+		wantErr := json.Unmarshal([]byte(s), &want)
+		if wantErr != nil || want == nil {
+			return // splitObject may accept some invalid inputs: the encoder validates what it serves
+		}
+		got, err := splitObject([]byte(s))
+		if err != nil {
+			t.Fatalf("%q: %v, json.Unmarshal accepts it", s, err)
+		}
+		if len(got) != len(want) {
+			t.Fatalf("%q: %d members, want %d", s, len(got), len(want))
+		}
+		for k, v := range want {
+			if !bytes.Equal(bytes.TrimSpace(got[k]), v) {
+				t.Fatalf("%q: member %q = %s, want %s", s, k, got[k], v)
+			}
+		}
+	})
+}
+
+func TestSplitObjectRejects(t *testing.T) {
+	for _, s := range []string{`[1]`, `{"a":}`, `{"a":{"b":[}]}}`, `{"a":1}x`, `{"a":"`, `{"a" 1}`, `{"a":1,}`, `{a:1}`, ``, `"x"`,
+		`{"a":` + strings.Repeat("[", maxNesting+1) + strings.Repeat("]", maxNesting+1) + `}`} {
+		if _, err := splitObject([]byte(s)); err == nil {
+			t.Errorf("%.40q accepted", s)
+		}
+	}
+}
+
+// A merge whose inputs hide invalid JSON in a member the scanner does not walk is refused by the
+// encoder: nothing invalid is ever served.
+func TestMergeOpenAPIInvalidMember(t *testing.T) {
+	bad := &OpenAPISpec{JSON: []byte(`{"paths":{"/a":{"get":tru}},"components":{"schemas":{}}}`), Hash: "bad"}
+	if _, err := mergeOpenAPI("apis/g/v1", []*OpenAPISpec{bad}, time.Unix(1, 0)); err == nil {
+		t.Error("invalid member merged")
+	}
+}
+
+// The memo returns the document merging again would (same bytes, same Built), stays bounded, and a
+// changed input misses it.
+func TestMergeMemo(t *testing.T) {
+	resetMergeMemo()
+	defer resetMergeMemo()
+	full := loadCaptured(t, v136).docs[keyAdmission]
+	old := loadCaptured(t, v135).docs[keyAdmission]
+	first, err := mergeOpenAPIMemo(keyAdmission, []*OpenAPISpec{full, old}, time.Unix(1, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, _ := mergeOpenAPIMemo(keyAdmission, []*OpenAPISpec{full, old}, time.Unix(2, 0))
+	if again != first {
+		t.Error("same inputs merged again")
+	}
+	fresh, _ := mergeOpenAPI(keyAdmission, []*OpenAPISpec{full, old}, time.Unix(2, 0))
+	if !bytes.Equal(fresh.JSON, first.JSON) || !fresh.Built.Equal(first.Built) {
+		t.Error("memo differs from a fresh merge")
+	}
+	other, _ := mergeOpenAPIMemo(keyAdmission, []*OpenAPISpec{old, full}, time.Unix(1, 0))
+	if other == first || bytes.Equal(other.JSON, first.JSON) {
+		t.Error("another input order hit the memo")
+	}
+	for i := range 2 * mergeMemoEntries {
+		doc := spec(t, `{"paths":{},"components":{"schemas":{"n":{"description":"`+strings.Repeat("x", i)+`"}}}}`)
+		if _, err := mergeOpenAPIMemo("apis/g/v1", []*OpenAPISpec{doc}, time.Unix(1, 0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mergeMemo.Lock()
+	n, size := len(mergeMemo.entries), mergeMemo.bytes
+	total := 0
+	for _, e := range mergeMemo.entries {
+		total += len(e.spec.JSON)
+	}
+	mergeMemo.Unlock()
+	if n != mergeMemoEntries || size != total {
+		t.Errorf("memo holds %d entries, %d bytes (counted %d), want %d entries", n, size, total, mergeMemoEntries)
+	}
+}

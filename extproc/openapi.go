@@ -1,0 +1,108 @@
+package extproc
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/skewgate/skewgate/discovery"
+	"github.com/skewgate/skewgate/internal/wire"
+)
+
+// OpenAPI v3 at the front. The Topology decides per document key where /openapi/v3/<key> comes from
+// (discovery.Topology.DecideOpenAPI) and publishes an index naming exactly those documents by their
+// hashes (OpenAPIIndex):
+//
+//   - the index, GET /openapi/v3: the front's index, once an apiserver authorized the request
+//     (discoveryauth.go); no index (every apiserver publishes the same one): the apiserver answers.
+//   - ActionRoute: to the cluster of the set that publishes the document under the index's hash.
+//   - ActionUnavailable: 503 with Retry-After, as for a resource.
+//   - ActionServe: GET gets the merged document (OpenAPIMerged), once an apiserver of the decision's
+//     set authorized the request; other methods go to that set, as Envoy's route table sends them
+//     all when ext_proc is not there (xds/openapiroutes.go).
+//   - ActionDefault, and a key no upstream lists: as any other schema request (schemas.go).
+//
+// The key is the path after "/openapi/v3/" exactly as handler3 takes it (strings.SplitAfterN(path,
+// "/", 4)[3] of the decoded path; no cleaning, so a trailing slash is another key). A path with a
+// percent-escape or a fragment is left to the schema routing: the decoded key would differ from the
+// bytes Envoy's exact path routes compare (they compare the path as normalized, escapes kept).
+
+const openAPIV3Path = "/openapi/v3"
+
+// openAPIPath splits a request path into an OpenAPI v3 key and the raw query. index: the path is
+// /openapi/v3 itself. ok false: not an OpenAPI v3 path the front decides.
+func openAPIPath(rawPath string) (key, query string, index, ok bool) {
+	p, query, _ := strings.Cut(rawPath, "?")
+	if strings.ContainsAny(p, "%#") {
+		return "", "", false, false
+	}
+	if p == openAPIV3Path {
+		return "", query, true, true
+	}
+	key, found := strings.CutPrefix(p, openAPIV3Path+"/")
+	if !found || key == "" {
+		return "", "", false, false
+	}
+	return key, query, false, true
+}
+
+// OpenAPI kinds (label values of skewgate_extproc_openapi_responses_total).
+const (
+	OpenAPIIndex    = "index"    // GET /openapi/v3
+	OpenAPIDocument = "document" // GET /openapi/v3/<key> of a key the front merges
+)
+
+// decideOpenAPI decides an OpenAPI v3 request; handled false leaves it to the schema routing.
+func (s *Server) decideOpenAPI(r *headersRead, t *discovery.Topology, c Request, anonymous bool, id *identity) (outcome string, resp *extprocv3.ProcessingResponse, p *pending, handled bool) {
+	key, query, index, ok := openAPIPath(r.path)
+	if !ok {
+		return "", nil, nil, false
+	}
+	q := &openAPIRequest{query: query, accept: r.accept, ifNoneMatch: r.ifNoneMatch, ifModifiedSince: r.ifModifiedSince,
+		ifMatch: r.ifMatch, ifUnmodifiedSince: r.ifUnmodifiedSince, rang: r.rang, ifRang: r.ifRang}
+	if index {
+		spec := t.OpenAPIIndex()
+		if spec == nil || r.method != http.MethodGet {
+			return "", nil, nil, false
+		}
+		// Any apiserver authorizes /openapi/v3 as every other: the default cluster asks.
+		resp := s.continueWith(r, r.target(wire.AllCluster, anonymous), id)
+		resp.ModeOverride = discoveryMode
+		return OutcomeOpenAPI, resp, &pending{resp: s.openAPIFor(t).index(spec, q), openAPI: OpenAPIIndex}, true
+	}
+	d := t.DecideOpenAPI(key)
+	route := discovery.Decision{Action: discovery.ActionRoute, Set: d.Set}
+	switch d.Action {
+	case discovery.ActionRoute:
+		o, resp, _ := s.routeTo(r, t, c, route, anonymous, id)
+		return o, resp, nil, true
+	case discovery.ActionUnavailable:
+		return OutcomeUnavailable, immediate(http.StatusServiceUnavailable, string(metav1.StatusReasonServiceUnavailable),
+			fmt.Sprintf("no apiserver that serves the OpenAPI document %s is available, retry later", key)), nil, true
+	case discovery.ActionServe:
+		spec := t.OpenAPIMerged(key)
+		if spec == nil || r.method != http.MethodGet {
+			o, resp, _ := s.routeTo(r, t, c, route, anonymous, id)
+			return o, resp, nil, true
+		}
+		answer := s.openAPIFor(t).document(key, spec, q)
+		// The request goes to the set Envoy's route table names for the key: without the front's
+		// answer (nothing acceptable, or ext_proc gone in the response phase) the client gets that
+		// set's own document, as when ext_proc is down. Its cluster not in every Envoy yet: any
+		// apiserver authorizes the path as well.
+		cluster := r.target(s.clustersFor(t).of(d.Set), anonymous)
+		if s.gate != nil && !s.gate.ClusterReady(cluster) {
+			cluster = r.target(wire.AllCluster, anonymous)
+		}
+		resp := s.continueWith(r, cluster, id)
+		if answer == nil {
+			return OutcomeRouted, resp, nil, true
+		}
+		resp.ModeOverride = discoveryMode
+		return OutcomeOpenAPI, resp, &pending{resp: answer, openAPI: OpenAPIDocument}, true
+	}
+	return "", nil, nil, false
+}

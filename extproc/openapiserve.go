@@ -1,0 +1,314 @@
+package extproc
+
+import (
+	"bytes"
+	"io"
+	"maps"
+	"net/http"
+	"net/url"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/munnerz/goautoneg"
+	"k8s.io/kube-openapi/pkg/handler3"
+
+	"github.com/skewgate/skewgate/discovery"
+)
+
+// The front's OpenAPI v3 answers, written exactly as an apiserver writes its own: kube-openapi's
+// handler3 (pkg/handler3/handler.go, HandleDiscovery and HandleGroupVersion; byte-identical in the
+// kube-openapi revisions of Kubernetes 1.35 and 1.36) behind k8s.io/apiserver's WithCacheControl
+// filter (pkg/endpoints/filters/cachecontrol.go: "Cache-Control: no-cache, private" unless the handler
+// sets its own). The handler runs into a recorder and the recorded answer becomes an ImmediateResponse,
+// so status, headers and the conditional requests (If-None-Match, If-Modified-Since, If-Match, Range)
+// are net/http's http.ServeContent itself, not a copy of it.
+
+// Media types handler3 serves a document in. Both protobuf spellings answer the first.
+const (
+	openAPIJSON                = "json"
+	openAPIProtobuf            = "com.github.proto-openapi.spec.v3.v1.0+protobuf"
+	openAPIProtobufDeprecated  = "com.github.proto-openapi.spec.v3@v1.0+protobuf"
+	openAPIProtobufContentType = "application/" + openAPIProtobuf
+)
+
+var openAPIAccepted = []struct{ subType, contentType string }{
+	{openAPIJSON, "application/json"},
+	{openAPIProtobuf, openAPIProtobufContentType},
+	{openAPIProtobufDeprecated, openAPIProtobufContentType},
+}
+
+// negotiateOpenAPI is handler3's negotiation: an empty Accept is "*/*"; the first clause of
+// goautoneg's order (q, then specificity) that one of the accepted types matches, type and subtype
+// each equal or "*", picks it. ok false: nothing acceptable (handler3's 406, or its empty answer when
+// Accept parses to no clause at all), which the front leaves to the apiserver.
+func negotiateOpenAPI(accept string) (subType, contentType string, ok bool) {
+	if accept == "" {
+		accept = "*/*"
+	}
+	for _, c := range goautoneg.ParseAccept(accept) {
+		for _, a := range openAPIAccepted {
+			if (c.Type == "application" || c.Type == "*") && (c.SubType == a.subType || c.SubType == "*") {
+				return a.subType, a.contentType, true
+			}
+		}
+	}
+	return "", "", false
+}
+
+// openAPIRequest is what an OpenAPI answer depends on in a request.
+type openAPIRequest struct {
+	query                                    string // raw query
+	accept                                   string
+	ifNoneMatch, ifModifiedSince             string
+	ifMatch, ifUnmodifiedSince, rang, ifRang string
+}
+
+func (q *openAPIRequest) httpRequest(p string) *http.Request {
+	r := &http.Request{Method: http.MethodGet, URL: &url.URL{Path: p, RawQuery: q.query}, Header: http.Header{}}
+	for k, v := range map[string]string{
+		"Accept": q.accept, "If-None-Match": q.ifNoneMatch, "If-Modified-Since": q.ifModifiedSince,
+		"If-Match": q.ifMatch, "If-Unmodified-Since": q.ifUnmodifiedSince, "Range": q.rang, "If-Range": q.ifRang,
+	} {
+		if v != "" {
+			r.Header.Set(k, v)
+		}
+	}
+	return r
+}
+
+// maxProtoBytes bounds the protobuf renderings one Topology keeps (like maxCacheBytes): past it a
+// rendering is made per request instead. The entries are keyed by the document's hash alone, never
+// by an Accept header, so a client cannot grow the cache by varying it; they are only made for the
+// Topology's merged documents.
+const maxProtoBytes = 64 << 20
+
+// frontOpenAPI serves one Topology's OpenAPI v3: its index and its merged documents.
+type frontOpenAPI struct {
+	t *discovery.Topology
+
+	mu         sync.Mutex
+	proto      map[string][]byte // document hash -> handler3.ToV3ProtoBinary(document)
+	protoBytes int
+	maxBytes   int
+}
+
+func newFrontOpenAPI(t *discovery.Topology) *frontOpenAPI {
+	return &frontOpenAPI{t: t, proto: map[string][]byte{}, maxBytes: maxProtoBytes}
+}
+
+// openAPIFor returns the OpenAPI answers of t, built once per Topology version. A new version keeps
+// the protobuf renderings of the documents it still serves, and renders the others in the
+// background: the rendering of a large document takes a good part of a second (api/v1: about
+// 200 ms), more than a request should wait inside Envoy's ext_proc message timeout.
+func (s *Server) openAPIFor(t *discovery.Topology) *frontOpenAPI {
+	return s.frontOpenAPI.get(t, func(t *discovery.Topology) *frontOpenAPI {
+		f := newFrontOpenAPI(t)
+		merged := f.mergedSpecs()
+		if prev := s.frontOpenAPI.load(); prev != nil {
+			prev.mu.Lock()
+			for _, spec := range merged {
+				if b, ok := prev.proto[spec.Hash]; ok {
+					f.keepProto(spec.Hash, b)
+				}
+			}
+			prev.mu.Unlock()
+		}
+		if len(merged) > 0 {
+			// Stops once another Topology version is served.
+			go f.warm(merged, func() bool {
+				cur := s.frontOpenAPI.load()
+				return cur == nil || cur.t.Version == t.Version
+			})
+		}
+		return f
+	})
+}
+
+// mergedSpecs lists the Topology's merged documents, by key.
+func (f *frontOpenAPI) mergedSpecs() map[string]*discovery.OpenAPISpec {
+	out := map[string]*discovery.OpenAPISpec{}
+	for _, d := range f.t.OpenAPIDecisions() {
+		if spec := f.t.OpenAPIMerged(d.Key); d.Action == discovery.ActionServe && spec != nil {
+			out[d.Key] = spec
+		}
+	}
+	return out
+}
+
+// warm renders the protobuf form of every merged document not rendered yet, one at a time, while
+// current says the Topology is still the one served.
+func (f *frontOpenAPI) warm(merged map[string]*discovery.OpenAPISpec, current func() bool) {
+	for _, key := range slices.Sorted(maps.Keys(merged)) {
+		if !current() {
+			return
+		}
+		f.protobuf(merged[key])
+	}
+}
+
+// keepProto records a rendering if the cap allows; the caller holds f.mu.
+func (f *frontOpenAPI) keepProto(hash string, b []byte) {
+	if _, ok := f.proto[hash]; !ok && f.protoBytes+len(b) <= f.maxBytes {
+		f.proto[hash] = b
+		f.protoBytes += len(b)
+	}
+}
+
+// protobuf is the protobuf form of a merged document, rendered on first use as handler3 renders its
+// own (lazily, once per document).
+func (f *frontOpenAPI) protobuf(spec *discovery.OpenAPISpec) ([]byte, error) {
+	f.mu.Lock()
+	b, ok := f.proto[spec.Hash]
+	f.mu.Unlock()
+	if ok {
+		return b, nil
+	}
+	b, err := handler3.ToV3ProtoBinary(spec.JSON)
+	if err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	f.keepProto(spec.Hash, b)
+	f.mu.Unlock()
+	return b, nil
+}
+
+// index answers GET /openapi/v3 with the front's index, as handler3's HandleDiscovery does.
+func (f *frontOpenAPI) index(spec *discovery.OpenAPISpec, q *openAPIRequest) *extprocv3.ProcessingResponse {
+	w := newDocRecorder(spec.JSON)
+	withCacheControl(w)
+	w.Header().Set("Etag", strconv.Quote(spec.Hash))
+	w.Header().Set("Content-Type", "application/json")
+	http.ServeContent(w, q.httpRequest(openAPIV3Path), openAPIV3Path, spec.Built, w.reader)
+	return w.response()
+}
+
+// document answers GET /openapi/v3/<key> with the merged document, as handler3's
+// HandleGroupVersion does, or nil when the apiserver's own answer is the same (nothing acceptable).
+func (f *frontOpenAPI) document(key string, spec *discovery.OpenAPISpec, q *openAPIRequest) *extprocv3.ProcessingResponse {
+	subType, contentType, ok := negotiateOpenAPI(q.accept)
+	if !ok {
+		return nil
+	}
+	data := spec.JSON
+	if subType != openAPIJSON {
+		var err error
+		if data, err = f.protobuf(spec); err != nil {
+			return nil // handler3 writes nothing either; the apiserver answers
+		}
+	}
+	w := newDocRecorder(data)
+	withCacheControl(w)
+	r := q.httpRequest(openAPIV3Path + "/" + key)
+	w.Header().Add("Vary", "Accept")
+	w.Header().Set("Content-Type", contentType)
+	w.Header().Set("Etag", strconv.Quote(spec.Hash))
+	if hash := r.URL.Query().Get("hash"); hash != "" {
+		if hash != spec.Hash {
+			http.Redirect(w, r, openAPIURL(key, spec.Hash), http.StatusMovedPermanently)
+			return w.response()
+		}
+		w.Header().Set("Vary", "Accept")
+		w.Header().Set("Cache-Control", "public, immutable")
+		// handler3 formats the apiserver's local time; the front says UTC, which is what the
+		// apiservers print in a container and what client-go's httpcache parses (time.RFC1123).
+		w.Header().Set("Expires", time.Now().UTC().AddDate(1, 0, 0).Format(time.RFC1123))
+	}
+	http.ServeContent(w, r, "", spec.Built, w.reader)
+	return w.response()
+}
+
+// openAPIURL is handler3's constructServerRelativeURL: the document's URL in the index.
+func openAPIURL(key, hash string) string {
+	u := url.URL{Path: path.Join(openAPIV3Path, key)}
+	u.RawQuery = url.Values{"hash": []string{hash}}.Encode()
+	return u.String()
+}
+
+// withCacheControl is k8s.io/apiserver's WithCacheControl filter (pkg/endpoints/filters), which
+// wraps every apiserver handler: "no-cache, private" unless the handler sets its own.
+func withCacheControl(w http.ResponseWriter) {
+	if _, ok := w.Header()["Cache-Control"]; !ok {
+		w.Header().Set("Cache-Control", "no-cache, private")
+	}
+}
+
+// docRecorder is the http.ResponseWriter the answers are written into. http.ServeContent copies the
+// document with io.CopyN from the reader it was given; the recorder takes that as a slice of the
+// document instead of copying it (ReadFrom), so a large document costs no copy per request.
+type docRecorder struct {
+	header http.Header
+	status int
+	data   []byte
+	reader *bytes.Reader
+	body   []byte
+}
+
+func newDocRecorder(data []byte) *docRecorder {
+	return &docRecorder{header: http.Header{}, data: data, reader: bytes.NewReader(data)}
+}
+
+func (w *docRecorder) Header() http.Header { return w.header }
+
+func (w *docRecorder) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+}
+
+func (w *docRecorder) Write(p []byte) (int, error) {
+	w.WriteHeader(http.StatusOK)
+	w.body = append(w.body, p...)
+	return len(p), nil
+}
+
+// ReadFrom takes a read of the document's own reader as a slice of the document; anything else
+// (a multipart range answer) is copied.
+func (w *docRecorder) ReadFrom(r io.Reader) (int64, error) {
+	if lr, ok := r.(*io.LimitedReader); ok && lr.R == w.reader && w.body == nil {
+		off, _ := w.reader.Seek(0, io.SeekCurrent)
+		n := min(lr.N, int64(len(w.data))-off)
+		if n <= 0 {
+			return 0, nil
+		}
+		w.WriteHeader(http.StatusOK)
+		w.body = w.data[off : off+n : off+n]
+		lr.N -= n
+		_, err := w.reader.Seek(off+n, io.SeekStart)
+		return n, err
+	}
+	var b bytes.Buffer
+	n, err := b.ReadFrom(r)
+	if n > 0 {
+		w.Write(b.Bytes())
+	}
+	return n, err
+}
+
+// response is the recorded answer as an ImmediateResponse. Content-Length is left to Envoy, which
+// sets it for the body of a local reply.
+func (w *docRecorder) response() *extprocv3.ProcessingResponse {
+	code := w.status
+	if code == 0 {
+		code = http.StatusOK
+	}
+	keys := slices.Sorted(maps.Keys(w.header))
+	set := make([]*corev3.HeaderValueOption, 0, len(keys))
+	for _, k := range keys {
+		if k == "Content-Length" {
+			continue
+		}
+		// The first value replaces (a client cannot have put one there: these are response
+		// headers of a local reply), the others are appended.
+		for i, v := range w.header[k] {
+			set = append(set, setHeader(strings.ToLower(k), v, i > 0))
+		}
+	}
+	return immediateResponse(code, set, w.body, "skewgate_openapi")
+}

@@ -1,0 +1,237 @@
+package xds
+
+import (
+	"compress/gzip"
+	"crypto/sha512"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
+
+	"github.com/skewgate/skewgate/discovery"
+	"github.com/skewgate/skewgate/internal/wire"
+)
+
+// capturedIndex reads the /openapi/v3 index a testbed apiserver served (discovery/testdata/openapi).
+func capturedIndex(t testing.TB, version string) *discovery.OpenAPIIndex {
+	t.Helper()
+	f, err := os.Open(filepath.Join("..", "discovery", "testdata", "openapi", version, "index.json.gz"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	z, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var idx struct {
+		Paths map[string]struct {
+			ServerRelativeURL string `json:"serverRelativeURL"`
+		} `json:"paths"`
+	}
+	if err := json.NewDecoder(z).Decode(&idx); err != nil {
+		t.Fatal(err)
+	}
+	out := &discovery.OpenAPIIndex{Keys: map[string]string{}, Hash: version}
+	for k, p := range idx.Paths {
+		u, err := url.Parse(p.ServerRelativeURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out.Keys[k] = u.Query().Get("hash")
+	}
+	return out
+}
+
+// routeIndex returns the position of the first route whose name satisfies f, or -1.
+func routeIndex(rs []*routev3.Route, f func(string) bool) int {
+	return slices.IndexFunc(rs, func(r *routev3.Route) bool { return f(r.Name) })
+}
+
+// TestOpenAPIRoutesCapturedSkew: the captured v1.35.4 and v1.36.3 indexes differ in every key (48);
+// each gets an exact-path route and its anonymous twin to the v1.36 server, after the resource skew
+// routes and before the schema routes.
+func TestOpenAPIRoutesCapturedSkew(t *testing.T) {
+	core := readDoc(t, "core")
+	facts := []discovery.UpstreamFacts{
+		{Upstream: discovery.Upstream{Name: "old", Address: "10.0.0.1:6443", Ready: true, Version: "v1.35.4", Source: discovery.SourceStatic},
+			API: core, APIs: readDoc(t, "apis-v1.35"), OpenAPI: capturedIndex(t, "v1.35.4")},
+		{Upstream: discovery.Upstream{Name: "new", Address: "10.0.0.2:6443", Ready: true, Version: "v1.36.3", Source: discovery.SourceStatic},
+			API: core, APIs: readDoc(t, "apis-v1.36"), OpenAPI: capturedIndex(t, "v1.36.3")},
+	}
+	top := discovery.Build("captured", time.Unix(0, 0), facts)
+	rs, err := Translate(top, testOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	routes := rs.Routes[0].VirtualHosts[0].Routes
+	ds := top.OpenAPIDecisions()
+	if len(ds) != 48 {
+		t.Fatalf("%d non-default OpenAPI keys, want the 48 the captured indexes differ in", len(ds))
+	}
+	var got []*routev3.Route
+	for _, r := range routes {
+		if strings.HasPrefix(r.Name, "openapi:") || strings.HasPrefix(r.Name, "anonymous-openapi:") {
+			got = append(got, r)
+		}
+	}
+	if len(got) != 2*len(ds) {
+		t.Fatalf("%d OpenAPI routes, want %d", len(got), 2*len(ds))
+	}
+	newOnly := wire.UpstreamCluster("new")
+	for i, d := range ds {
+		anon, plain := got[2*i], got[2*i+1]
+		if d.Action != discovery.ActionRoute || d.Set != discovery.SetID("new") {
+			t.Errorf("%s: %+v, want routed to new", d.Key, d.OpenAPIDecision)
+		}
+		if plain.Name != "openapi:"+d.Key || plain.Match.GetPath() != "/openapi/v3/"+d.Key || plain.GetRoute().GetCluster() != newOnly {
+			t.Errorf("%s: route %s %s -> %s", d.Key, plain.Name, plain.Match.GetPath(), plain.GetRoute().GetCluster())
+		}
+		if anon.Name != "anonymous-"+plain.Name || anon.Match.GetPath() != plain.Match.GetPath() || anon.GetRoute().GetCluster() != wire.AnonCluster(newOnly) {
+			t.Errorf("%s: twin %s %s -> %s", d.Key, anon.Name, anon.Match.GetPath(), anon.GetRoute().GetCluster())
+		}
+		if h := plain.Match.GetHeaders(); len(h) != 1 || h[0].Name != "upgrade" || h[0].GetPresentMatch() {
+			t.Errorf("%s: headers %v, want upgrades excluded", d.Key, h)
+		}
+	}
+	firstOpenAPI := routeIndex(routes, func(n string) bool { return strings.Contains(n, "openapi:") })
+	lastSkew := -1
+	for i, r := range routes {
+		if strings.Contains(r.Name, "skew:") {
+			lastSkew = i
+		}
+	}
+	schemas := routeIndex(routes, func(n string) bool { return strings.Contains(n, "schemas") })
+	if !(lastSkew < firstOpenAPI && firstOpenAPI+len(got) == schemas) {
+		t.Errorf("order: last skew route %d, OpenAPI routes %d..%d, first schema route %d", lastSkew, firstOpenAPI, firstOpenAPI+len(got)-1, schemas)
+	}
+}
+
+// TestOpenAPIRoutesBounded: however many keys the indexes hold, the table gains at most
+// maxOpenAPIRouteKeys routes (and their twins); keys Envoy's normalized path could not equal get none.
+func TestOpenAPIRoutesBounded(t *testing.T) {
+	a, b := map[string]string{}, map[string]string{}
+	for i := range maxOpenAPIRouteKeys + 100 {
+		k := fmt.Sprintf("apis/g%05d.example/v1", i)
+		a[k], b[k] = "A", "B"
+	}
+	a["apis/x/v1/"], b["apis/x/v1/"] = "A", "B"
+	core, apis := readDoc(t, "core"), readDoc(t, "apis-v1.36")
+	facts := []discovery.UpstreamFacts{
+		{Upstream: discovery.Upstream{Name: "old", Ready: true, Version: "v1.35.4"}, API: core, APIs: apis, OpenAPI: &discovery.OpenAPIIndex{Keys: a, Hash: "a"}},
+		{Upstream: discovery.Upstream{Name: "new", Ready: true, Version: "v1.36.3"}, API: core, APIs: apis, OpenAPI: &discovery.OpenAPIIndex{Keys: b, Hash: "b"}},
+	}
+	tb := &translator{top: discovery.Build("many", time.Unix(0, 0), facts)}
+	if n := len(tb.top.OpenAPIDecisions()); n != maxOpenAPIRouteKeys+101 {
+		t.Fatalf("%d decisions", n)
+	}
+	rs := tb.openAPIRoutes(nil)
+	if len(rs) != maxOpenAPIRouteKeys {
+		t.Errorf("%d routes, want the cap %d", len(rs), maxOpenAPIRouteKeys)
+	}
+	for _, r := range rs {
+		if strings.HasSuffix(r.Match.GetPath(), "/") {
+			t.Errorf("route for a key with an empty segment: %s", r.Match.GetPath())
+		}
+	}
+}
+
+func TestRoutableOpenAPIKey(t *testing.T) {
+	for key, want := range map[string]bool{
+		"api/v1": true, "apis/apps/v1": true, "version": true, ".well-known/openid-configuration": true,
+		"apis/admissionregistration.k8s.io/v1": true, "logs": true,
+		"": false, "apis/x/v1/": false, "/apis/x": false, "apis//x": false, "apis/../x": false, "apis/./x": false,
+		"apis/a%2Fb/v1": false, "apis/a b/v1": false, "apis/x?y/v1": false, "apis/x#y/v1": false, "apis/\xff/v1": false,
+	} {
+		if got := routableOpenAPIKey(key); got != want {
+			t.Errorf("routableOpenAPIKey(%q) = %v, want %v", key, got, want)
+		}
+	}
+}
+
+// TestOpenAPIRoutesServe: a key the front merges is routed, failing open, to the decision's fallback
+// set (one apiserver's own document under its own hash), as ext_proc routes what it does not answer.
+func TestOpenAPIRoutesServe(t *testing.T) {
+	const key = "apis/admissionregistration.k8s.io/v1"
+	top := servedTopology(t)
+	d := top.DecideOpenAPI(key)
+	rs, err := Translate(top, testOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	routes := rs.Routes[0].VirtualHosts[0].Routes
+	i := routeIndex(routes, func(n string) bool { return n == "openapi:"+key })
+	if i < 0 || routes[i].GetRoute().GetCluster() != wire.SetCluster(d.Set.Members()) || routes[i].Match.GetPath() != "/openapi/v3/"+key {
+		t.Fatalf("no route for %s to its fallback %v", key, d.Set)
+	}
+}
+
+// servedTopology: old (v1.35.4) and new (v1.36.3, without validatingadmissionpolicies) with their
+// captured admissionregistration.k8s.io/v1 documents; nobody serves the whole group-version, so the
+// front merges them.
+func servedTopology(t testing.TB) *discovery.Topology {
+	t.Helper()
+	core := readDoc(t, "core")
+	var facts []discovery.UpstreamFacts
+	const key = "apis/admissionregistration.k8s.io/v1"
+	for i, u := range []struct{ name, version, apis string }{{"old", "v1.35.4", "v1.35"}, {"new", "v1.36.3", "v1.36"}} {
+		data := capturedDoc(t, u.version, key)
+		spec := &discovery.OpenAPISpec{JSON: data, Hash: fmt.Sprintf("%X", sha512.Sum512(data))}
+		apis := readDoc(t, "apis-"+u.apis)
+		if u.name == "new" {
+			apis = withoutResource(apis, "validatingadmissionpolicies")
+		}
+		facts = append(facts, discovery.UpstreamFacts{
+			Upstream: discovery.Upstream{Name: u.name, Address: fmt.Sprintf("10.0.0.%d:6443", i+1), Ready: true, Version: u.version, Source: discovery.SourceStatic},
+			API:      core, APIs: apis,
+			OpenAPI:     &discovery.OpenAPIIndex{Keys: map[string]string{key: spec.Hash}, Hash: u.name},
+			OpenAPIDocs: map[string]*discovery.OpenAPISpec{key: spec},
+		})
+	}
+	top := discovery.Build("served", time.Unix(0, 0), facts)
+	if d := top.DecideOpenAPI(key); d.Action != discovery.ActionServe {
+		t.Fatalf("%+v, want served (merged)", d)
+	}
+	return top
+}
+
+// capturedDoc reads a document a testbed apiserver served (discovery/testdata/openapi).
+func capturedDoc(t testing.TB, version, key string) []byte {
+	t.Helper()
+	f, err := os.Open(filepath.Join("..", "discovery", "testdata", "openapi", version, strings.ReplaceAll(key, "/", "_")+".json.gz"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	z, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(z)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// withoutResource returns a copy of d without the resource in any group.
+func withoutResource(d *discovery.Document, resource string) *discovery.Document {
+	out := &discovery.Document{Hash: d.Hash + "-" + resource, Groups: slices.Clone(d.Groups)}
+	for gi := range out.Groups {
+		out.Groups[gi].Versions = slices.Clone(out.Groups[gi].Versions)
+		for vi := range out.Groups[gi].Versions {
+			v := &out.Groups[gi].Versions[vi]
+			v.Resources = slices.DeleteFunc(slices.Clone(v.Resources), func(r apidiscoveryv2.APIResourceDiscovery) bool { return r.Resource == resource })
+		}
+	}
+	return out
+}
