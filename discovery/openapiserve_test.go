@@ -128,4 +128,3 @@ func TestBuildOpenAPIMergeDeterministic(t *testing.T) {
 		}
 	}
 }
-
