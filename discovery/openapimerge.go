@@ -22,7 +22,8 @@ import (
 //     key's group-version that the winner's lacks, it is appended to the winner's list, because
 //     clients (kubectl explain, apply) find a kind's schema by that extension, not by name.
 //     Unlike apiextensions' MergeSpecsV3 (an error on a clash) and the v2 aggregator (renaming the
-//     loser to <name>_v2), no schema is dropped for a clash and no two schemas claim one kind.
+//     loser to <name>_v2), a clash never fails the merge, and one type at two releases never becomes
+//     two schemas claiming one kind.
 //   - every other member (openapi, info, components.securitySchemes, ...): the newest input's.
 //   - every "#/components/schemas/<name>" reference in the result must name a schema of the result;
 //     if one does not, the inputs are inconsistent and there is no merged document (the key routes
