@@ -2,6 +2,7 @@ package discovery
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -34,6 +35,11 @@ func TestTestbedTopology(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Whatever Build decides, fetch admissionregistration.k8s.io/v1's OpenAPI from both: a real
+	// apiserver's document must pass the integrity checks (SHA-512 of the body = hash = ETag).
+	c.openAPIWants = func(*Topology) map[string][]string {
+		return map[string][]string{"old": {keyAdmission}, "new": {keyAdmission}}
+	}
 	ctx := runController(t, c)
 
 	onlyNew := Decision{Action: ActionRoute, Set: "new"}
@@ -55,6 +61,23 @@ func TestTestbedTopology(t *testing.T) {
 		t.Errorf("new: %+v", u)
 	}
 	t.Logf("skewed resources: %d, e.g. %+v", len(topo.Skewed()), topo.Skewed()[0])
+
+	for _, name := range []string{"old", "new"} {
+		poll(t, 30*time.Second, name+"'s OpenAPI index", func() bool { return c.openAPIIndexOf(name) != nil })
+		idx := c.openAPIIndexOf(name)
+		for _, key := range []string{"api/v1", keyApps, keyAdmission} {
+			if !isSHA512Hex(idx.Keys[key]) {
+				t.Errorf("%s: OpenAPI index hash of %s: %q", name, key, idx.Keys[key])
+			}
+		}
+		poll(t, 30*time.Second, name+"'s admissionregistration.k8s.io/v1 document", func() bool { return heldDoc(c, name, keyAdmission) != nil })
+	}
+	oldAdm, newAdm := heldDoc(c, "old", keyAdmission), heldDoc(c, "new", keyAdmission)
+	if oldAdm.Hash == newAdm.Hash || strings.Contains(string(oldAdm.JSON), "mutatingadmissionpolicies") ||
+		!strings.Contains(string(newAdm.JSON), "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies") {
+		t.Errorf("admissionregistration.k8s.io/v1: old %.16s… (%d bytes), new %.16s… (%d bytes); want mutatingadmissionpolicies only in new's",
+			oldAdm.Hash, len(oldAdm.JSON), newAdm.Hash, len(newAdm.JSON))
+	}
 
 	// SIGKILL leaves the Lease behind: readiness notices first, staleness removes it.
 	killed := time.Now()
