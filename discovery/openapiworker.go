@@ -5,7 +5,6 @@ import (
 	"errors"
 	"maps"
 	"slices"
-	"strings"
 
 	"go.uber.org/zap"
 )
@@ -113,10 +112,20 @@ func (c *Controller) fetchOpenAPIDocs(ctx context.Context, w *worker, log *zap.L
 			typ := errorType(err)
 			c.metrics.fetchErrors.WithLabelValues(typ).Inc()
 			c.metrics.openapiFetches.WithLabelValues(openapiDocument, typ).Inc()
-			log.Warn("OpenAPI v3 document fetch failed", zap.String("key", d.key), zap.Error(err))
 			if typ == ErrMoved {
 				moved = true
 			}
+			// Logged once per key, hash and type: a wanted document is retried at every poll.
+			what := typ + " " + d.hash
+			c.update(w.name, func(s *upstreamState) {
+				if s.openapiDocErrs[d.key] != what {
+					log.Warn("OpenAPI v3 document fetch failed", zap.String("key", d.key), zap.Error(err))
+					if s.openapiDocErrs == nil {
+						s.openapiDocErrs = map[string]string{}
+					}
+					s.openapiDocErrs[d.key] = what
+				}
+			})
 		}
 	}
 	return moved
@@ -184,83 +193,6 @@ func (c *Controller) openAPIDocument(ctx context.Context, w *worker, key, hash s
 	}
 }
 
-// holdOpenAPIDocLocked gives the upstream name the document d for key, if it still wants it under
-// d's hash (the index or the wants may have changed during the fetch).
-func (c *Controller) holdOpenAPIDocLocked(name, key string, d *OpenAPISpec) bool {
-	s := c.states[name]
-	if s == nil || s.openapi == nil || s.openapi.Keys[key] != d.Hash || !slices.Contains(s.openapiWants, key) {
-		return false
-	}
-	if s.openapiDocs[key] == d {
-		return false
-	}
-	docs := maps.Clone(s.openapiDocs)
-	if docs == nil {
-		docs = map[string]*OpenAPISpec{}
-	}
-	docs[key] = d
-	s.openapiDocs, s.openapiDocsID = docs, openAPIDocsID(docs)
-	c.metrics.openapiHeldBytes.Set(float64(c.heldOpenAPIBytesLocked()))
-	return true
-}
-
-// setOpenAPIDocsLocked keeps the upstream's documents for which keep is true, replacing the map if
-// any goes.
-func (c *Controller) setOpenAPIDocsLocked(s *upstreamState, keep func(key string, d *OpenAPISpec) bool) {
-	var docs map[string]*OpenAPISpec
-	for k, d := range s.openapiDocs {
-		if keep(k, d) {
-			if docs == nil {
-				docs = map[string]*OpenAPISpec{}
-			}
-			docs[k] = d
-		}
-	}
-	if len(docs) == len(s.openapiDocs) {
-		return
-	}
-	s.openapiDocs, s.openapiDocsID = docs, openAPIDocsID(docs)
-	c.metrics.openapiHeldBytes.Set(float64(c.heldOpenAPIBytesLocked()))
-}
-
-func openAPIDocsID(docs map[string]*OpenAPISpec) string {
-	var b strings.Builder
-	for _, k := range slices.Sorted(maps.Keys(docs)) {
-		b.WriteString(k)
-		b.WriteByte('=')
-		b.WriteString(docs[k].Hash)
-		b.WriteByte(';')
-	}
-	return b.String()
-}
-
-// heldOpenAPIDocLocked returns the document any upstream holds under hash.
-func (c *Controller) heldOpenAPIDocLocked(hash string) *OpenAPISpec {
-	for _, s := range c.states {
-		for _, d := range s.openapiDocs {
-			if d.Hash == hash {
-				return d
-			}
-		}
-	}
-	return nil
-}
-
-// heldOpenAPIBytesLocked sums the bytes of the documents held, each hash once.
-func (c *Controller) heldOpenAPIBytesLocked() int64 {
-	seen := map[string]bool{}
-	var n int64
-	for _, s := range c.states {
-		for _, d := range s.openapiDocs {
-			if !seen[d.Hash] {
-				seen[d.Hash] = true
-				n += int64(len(d.JSON))
-			}
-		}
-	}
-	return n
-}
-
 // applyOpenAPIWants takes the documents a new Topology wants: each upstream's wants are stored in its
 // state, documents no longer needed are dropped (a document stays while its key is wanted from any
 // upstream or merged by the front), and the workers that lack a wanted document are asked to fetch.
@@ -289,7 +221,10 @@ func (c *Controller) applyOpenAPIWants(t *Topology) {
 		if len(s.missingOpenAPIDocs()) > 0 {
 			kick = append(kick, name)
 		}
+		maps.DeleteFunc(s.openapiDocErrs, func(key, _ string) bool { return !slices.Contains(s.openapiWants, key) })
 	}
+	// Also after an upstream left with its documents.
+	c.metrics.openapiHeldBytes.Set(float64(c.heldOpenAPIBytesLocked()))
 	c.mu.Unlock()
 	if dropped {
 		c.requestSync()

@@ -28,6 +28,7 @@ type upstreamState struct {
 	openapiDocsID  string                  // the keys and hashes of openapiDocs
 	openapiWants   []string                // keys whose documents the last Build wanted from this upstream
 	openapiFailing bool
+	openapiDocErrs map[string]string // key -> the type and hash of the last failure logged (wanted keys only)
 }
 
 // stateView is the part of an upstreamState a Topology shows: a change to it asks for a sync, a
