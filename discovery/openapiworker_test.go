@@ -192,6 +192,22 @@ func TestOpenAPIDocsAsWanted(t *testing.T) {
 		}
 	})
 
+	t.Run("a new hash in the index replaces the document", func(t *testing.T) {
+		want(map[string][]string{"a": {keyApps}, "b": {keyApps}})
+		newer := heldDoc(c, "a", keyApps)
+		a.setDocs(capturedDocs(t, "v1.35.4", keys...))
+		defer a.setDocs(capturedDocs(t, "v1.36.3", keys...))
+		c.refetch("a")
+		older := sha512Hex(captured(t, "v1.35.4", capturedKeys[keyApps]))
+		poll(t, 10*time.Second, "a holding its new apps/v1", func() bool { d := heldDoc(c, "a", keyApps); return d != nil && d.Hash == older })
+		if heldDoc(c, "a", keyApps) != heldDoc(c, "old", keyApps) {
+			t.Error("a fetched a document old holds under the same hash")
+		}
+		if heldDoc(c, "b", keyApps) != newer {
+			t.Error("b lost its document when a's index changed")
+		}
+	})
+
 	t.Run("dropped when no longer wanted", func(t *testing.T) {
 		// A key's documents stay while any upstream is asked for the key (a merge needs them all).
 		want(map[string][]string{"a": {keyAdmission}})
