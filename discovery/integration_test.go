@@ -8,6 +8,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap/zaptest"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 
@@ -79,6 +82,21 @@ func TestTestbedTopology(t *testing.T) {
 			oldAdm.Hash, len(oldAdm.JSON), newAdm.Hash, len(newAdm.JSON))
 	}
 
+	// A new CRD's group-version reaches both indexes within seconds: the CRD event refetches at once
+	// and 2 s later, when the apiservers have published its OpenAPI (the poll is every 30 s).
+	crdKey := "apis/openapi.skewgate.test/v1"
+	created := time.Now()
+	if _, err := dynamic.NewForConfigOrDie(cfg).Resource(crdGVR).Create(ctx, widgetCRD(), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"old", "new"} {
+		poll(t, 10*time.Second, name+"'s index listing the new CRD's group-version", func() bool {
+			_, ok := c.openAPIIndexOf(name).Keys[crdKey]
+			return ok
+		})
+	}
+	t.Logf("CRD created -> its group-version in both upstreams' OpenAPI indexes: %v", time.Since(created).Round(time.Millisecond))
+
 	// SIGKILL leaves the Lease behind: readiness notices first, staleness removes it.
 	killed := time.Now()
 	if err := tb.Kill("new"); err != nil {
@@ -106,4 +124,26 @@ func TestTestbedTopology(t *testing.T) {
 		return ok && u.Ready && tp.Decide(keyMAP, "get") == onlyNew
 	})
 	t.Logf("/readyz -> routable Topology: %v", time.Since(ready).Round(time.Millisecond))
+}
+
+func widgetCRD() *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "apiextensions.k8s.io/v1",
+		"kind":       "CustomResourceDefinition",
+		"metadata":   map[string]any{"name": "widgets.openapi.skewgate.test"},
+		"spec": map[string]any{
+			"group": "openapi.skewgate.test",
+			"scope": "Namespaced",
+			"names": map[string]any{"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+			"versions": []any{map[string]any{
+				"name": "v1", "served": true, "storage": true,
+				"schema": map[string]any{"openAPIV3Schema": map[string]any{
+					"type": "object",
+					"properties": map[string]any{"spec": map[string]any{
+						"type": "object", "properties": map[string]any{"size": map[string]any{"type": "integer"}},
+					}},
+				}},
+			}},
+		},
+	}}
 }
