@@ -30,7 +30,10 @@ func openAPIController(t *testing.T, pki testCA, ups map[string]string, wants *a
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.openAPIWants = func(*Topology) map[string][]string {
+	c.openAPIWants = func(tp *Topology) map[string][]string {
+		if tp.Version == decidedVersion {
+			return tp.OpenAPIWants()
+		}
 		if w := wants.Load(); w != nil {
 			return *w
 		}
@@ -47,6 +50,9 @@ func openAPIController(t *testing.T, pki testCA, ups map[string]string, wants *a
 	})
 	return c
 }
+
+// decidedVersion marks a Topology a test made with its own OpenAPI decisions and wants.
+const decidedVersion = "test-decided"
 
 // heldDoc returns the document upstream name holds for key.
 func heldDoc(c *Controller, name, key string) *OpenAPISpec {
@@ -205,6 +211,17 @@ func TestOpenAPIDocsAsWanted(t *testing.T) {
 		}
 		if heldDoc(c, "b", keyApps) != newer {
 			t.Error("b lost its document when a's index changed")
+		}
+	})
+
+	t.Run("kept while the key is not passed through", func(t *testing.T) {
+		// Wanted no more, but decided (a merge built, or a failed one routed to its fallback). The
+		// controller's own syncs meanwhile still apply the wants of *wants.
+		decided := &Topology{Version: decidedVersion,
+			openapi: openAPIView{decisions: map[string]OpenAPIDecision{keyApps: {Action: ActionRoute, Set: "old"}}}}
+		c.applyOpenAPIWants(decided)
+		if heldDoc(c, "a", keyApps) == nil || heldDoc(c, "b", keyApps) == nil {
+			t.Error("documents of a key with a decision were dropped")
 		}
 	})
 
