@@ -34,7 +34,10 @@ type Config struct {
 	DepartedTTL      time.Duration // how long resources only a departed upstream served answer 503, not 404 [10m]
 	RequestTimeout   time.Duration // per request to an upstream [5s]
 	InitialTimeout   time.Duration // longest wait for first fetches before the first Topology [15s]
-	MaxDocumentBytes int64         // largest accepted discovery document [8 MiB]
+	MaxDocumentBytes int64         // largest accepted discovery or OpenAPI v3 document [8 MiB]
+	// MaxOpenAPIBytes caps the bytes of the OpenAPI v3 documents held for merging, all upstreams
+	// together (a document several upstreams publish under one hash counts once) [64 MiB].
+	MaxOpenAPIBytes int64
 	// MaxUpstreams caps the upstreams (static ones included); Leases past it are refused [64].
 	MaxUpstreams int
 
@@ -64,6 +67,9 @@ func (c *Config) defaults() {
 	}
 	if c.MaxDocumentBytes <= 0 {
 		c.MaxDocumentBytes = 8 << 20
+	}
+	if c.MaxOpenAPIBytes <= 0 {
+		c.MaxOpenAPIBytes = 64 << 20
 	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()

@@ -22,7 +22,18 @@ const (
 	keySync       = "sync"     // reread the inputs; rebuild the Topology if one changed
 	keyRefetchAll = "refetch"  // every worker refetches discovery (a CRD or APIService changed)
 	keyRefetch    = "refetch/" // + name: that worker refetches discovery
+	// keyRefetchLate: every worker refetches again once openAPILag has passed since the last CRD or
+	// APIService event (see refetchAfterAPIChange).
+	keyRefetchLate = "refetch-late"
 )
+
+// openAPILag is how long after a CRD or APIService change the workers refetch once more. An
+// apiserver publishes a CRD's OpenAPI asynchronously: apiextensions' openapiv3 controller rebuilds
+// the group-version's document, then kube-aggregator's openapiv3 controller picks the new index up at
+// its next local resync, 1 s later (successfulUpdateDelayLocal in kube-aggregator
+// pkg/controllers/openapiv3/controller.go). The refetch at the event itself sees the new discovery,
+// usually with the old OpenAPI.
+const openAPILag = 2 * time.Second
 
 // Controller is the single writer of the Topology.
 //
@@ -42,6 +53,12 @@ type Controller struct {
 	queue   workqueue.TypedRateLimitingInterface[string]
 	// syncs counts processed syncs (tests wait on it; rebuilds are counted by the rebuild metric).
 	syncs atomic.Int64
+	// apiEvent is when the last CRD or APIService event arrived (Unix nanoseconds), openAPILag the
+	// wait after it before the late refetch (tests shorten it).
+	apiEvent   atomic.Int64
+	openAPILag time.Duration
+	// openAPIWants reads the documents a Topology wants (tests replace it).
+	openAPIWants func(*Topology) map[string][]string
 
 	// Listers, set by startInformers before the queue runs.
 	leases func() []*coordinationv1.Lease
@@ -51,6 +68,10 @@ type Controller struct {
 	states     map[string]*upstreamState
 	notify     chan struct{} // closed and replaced on every publish
 	leaseEvent time.Time     // first Lease change not yet reflected in a published Topology
+	// openAPIInflight: the OpenAPI documents being fetched, by hash; closed when done, so another
+	// upstream's worker that needs the same hash waits and shares it instead of fetching it again.
+	openAPIInflight   map[string]chan struct{}
+	openAPIOverBudget bool // the last document refused for the budget was logged
 
 	// Owned by the goroutine of Run.
 	workers  map[string]*worker
@@ -89,15 +110,18 @@ func New(cfg Config) (*Controller, error) {
 		started: now,
 		// The default controller limiter: per-key exponential backoff (reset by Forget after every
 		// item, so 5 ms) and 10 syncs a second overall with bursts of 100, which coalesces churn.
-		queue:         workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
-		leases:        func() []*coordinationv1.Lease { return nil },
-		slices:        func() []*discoveryv1.EndpointSlice { return nil },
-		states:        map[string]*upstreamState{},
-		notify:        make(chan struct{}),
-		workers:       map[string]*worker{},
-		departed:      map[string]departure{},
-		seenRej:       map[string][sha256.Size]byte{},
-		ignoredLogged: map[string]string{},
+		queue:           workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
+		leases:          func() []*coordinationv1.Lease { return nil },
+		slices:          func() []*discoveryv1.EndpointSlice { return nil },
+		states:          map[string]*upstreamState{},
+		openAPIInflight: map[string]chan struct{}{},
+		openAPILag:      openAPILag,
+		openAPIWants:    (*Topology).OpenAPIWants,
+		notify:          make(chan struct{}),
+		workers:         map[string]*worker{},
+		departed:        map[string]departure{},
+		seenRej:         map[string][sha256.Size]byte{},
+		ignoredLogged:   map[string]string{},
 	}, nil
 }
 
@@ -119,6 +143,15 @@ func (c *Controller) refetch(name string) { c.queue.Add(keyRefetch + name) }
 
 // refetchAll asks every worker to refetch its discovery now.
 func (c *Controller) refetchAll() { c.queue.Add(keyRefetchAll) }
+
+// refetchAfterAPIChange answers a CRD or APIService event: every worker refetches now (discovery
+// changes with the object) and again openAPILag after the last such event (the OpenAPI changes
+// about a second later). Both coalesce in the queue.
+func (c *Controller) refetchAfterAPIChange() {
+	c.apiEvent.Store(time.Now().UnixNano())
+	c.refetchAll()
+	c.queue.AddAfter(keyRefetchLate, c.openAPILag)
+}
 
 // update applies fn to the state of upstream name (from its worker) and asks for a sync if fn
 // changed anything a Topology shows.
@@ -184,6 +217,16 @@ func (c *Controller) process(ctx context.Context, key string) {
 		}
 		c.syncs.Add(1)
 	case key == keyRefetchAll:
+		for _, w := range c.workers {
+			w.refetch()
+		}
+	case key == keyRefetchLate:
+		// The delaying queue keeps the earliest of several pending AddAfter of one key: a later event
+		// moves the refetch to openAPILag after it.
+		if wait := time.Until(time.Unix(0, c.apiEvent.Load()).Add(c.openAPILag)); wait > 0 {
+			c.queue.AddAfter(keyRefetchLate, wait)
+			return
+		}
 		for _, w := range c.workers {
 			w.refetch()
 		}

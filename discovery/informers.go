@@ -58,9 +58,9 @@ func (c *Controller) startInformers(ctx context.Context) error {
 	if c.cfg.Metadata != nil {
 		mf := metadatainformer.NewSharedInformerFactory(c.cfg.Metadata, 0)
 		refetchAll := cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(any) { c.refetchAll() },
-			UpdateFunc: func(any, any) { c.refetchAll() },
-			DeleteFunc: func(any) { c.refetchAll() },
+			AddFunc:    func(any) { c.refetchAfterAPIChange() },
+			UpdateFunc: func(any, any) { c.refetchAfterAPIChange() },
+			DeleteFunc: func(any) { c.refetchAfterAPIChange() },
 		}
 		for _, gvr := range []schema.GroupVersionResource{crdGVR, apiServiceGVR} {
 			inf := mf.ForResource(gvr).Informer()

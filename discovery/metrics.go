@@ -13,7 +13,26 @@ type metrics struct {
 	leaseToTopology prometheus.Histogram
 	generation      prometheus.Gauge
 	published       prometheus.Counter
+
+	openapiFetches        *prometheus.CounterVec
+	openapiBudgetExceeded prometheus.Counter
+	openapiHeldBytes      prometheus.Gauge
 }
+
+// OpenAPI fetch results (label values of skewgate_discovery_openapi_fetches_total besides the fetch
+// error types): what is index or document.
+const (
+	openapiIndex     = "index"
+	openapiDocument  = "document"
+	resultOK         = "ok"
+	resultUnchanged  = "unchanged"   // an index with the bytes of the last one
+	resultNotFound   = "not_found"   // an index answered 404: OpenAPI v3 off on that upstream
+	resultShared     = "shared"      // a document another upstream already holds under the same hash
+	resultOverBudget = "over_budget" // not fetched or not kept: MaxOpenAPIBytes
+)
+
+var openapiResults = []string{resultOK, resultUnchanged, resultNotFound, resultShared, resultOverBudget,
+	ErrConnect, ErrStatus, ErrTooLarge, ErrDecode, ErrInvalid, ErrMoved, ErrIntegrity}
 
 // Upstream states (label values of skewgate_discovery_upstreams).
 const (
@@ -33,7 +52,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"state"}),
 		fetchErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "skewgate_discovery_fetch_errors_total",
-			Help: "Failed fetches of /api, /apis, /version or /readyz from upstreams by type (connect, status, too_large, content_type, decode, invalid).",
+			Help: "Failed fetches of /api, /apis, /version, /readyz, /openapi/v3 or OpenAPI v3 documents from upstreams by type (connect, status, too_large, content_type, decode, invalid, moved, integrity).",
 		}, []string{"type"}),
 		rejectedLeases: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "skewgate_discovery_rejected_leases_total",
@@ -61,9 +80,27 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "skewgate_discovery_topologies_published_total",
 			Help: "Topologies published (only content changes publish).",
 		}),
+		openapiFetches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "skewgate_discovery_openapi_fetches_total",
+			Help: "OpenAPI v3 fetches from upstreams by what (index, document) and result (ok; unchanged: same index bytes; not_found: OpenAPI v3 off; shared: a document held for another upstream under the same hash, not fetched; over_budget; or a fetch error type).",
+		}, []string{"what", "result"}),
+		openapiBudgetExceeded: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "skewgate_discovery_openapi_budget_exceeded_total",
+			Help: "OpenAPI v3 documents not fetched or not kept because the documents held would exceed MaxOpenAPIBytes; the front routes their keys to one upstream instead of merging.",
+		}),
+		openapiHeldBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "skewgate_discovery_openapi_held_bytes",
+			Help: "Bytes of the OpenAPI v3 documents held for merging, all upstreams together (bounded by MaxOpenAPIBytes).",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.upstreams, m.fetchErrors, m.rejectedLeases, m.ignoredLeases, m.rebuildDuration, m.leaseToTopology, m.generation, m.published)
+		reg.MustRegister(m.upstreams, m.fetchErrors, m.rejectedLeases, m.ignoredLeases, m.rebuildDuration, m.leaseToTopology, m.generation, m.published,
+			m.openapiFetches, m.openapiBudgetExceeded, m.openapiHeldBytes)
+	}
+	for _, what := range []string{openapiIndex, openapiDocument} {
+		for _, r := range openapiResults {
+			m.openapiFetches.WithLabelValues(what, r)
+		}
 	}
 	for _, r := range ignoredReasons {
 		m.ignoredLeases.WithLabelValues(r)

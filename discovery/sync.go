@@ -57,6 +57,8 @@ func (c *Controller) sync(ctx context.Context) time.Time {
 	gen := c.generation + 1
 	t := Build(c.bootID+"-"+strconv.FormatInt(gen, 10), now, facts)
 	t.Ignored = view.ignored
+	// Every Build, published or not: its wants follow from the inputs, which changed.
+	c.applyOpenAPIWants(t)
 	fp := fingerprint(t)
 	c.metrics.rebuildDuration.Observe(time.Since(start).Seconds())
 	c.inputs = inputs
@@ -128,6 +130,8 @@ func (c *Controller) facts(cands []candidate, now time.Time) (facts []UpstreamFa
 		if s.apis != nil || s.api != nil {
 			if expiry := s.lastFetchOK.Add(c.cfg.CapabilityTTL); !s.fetchFailing || expiry.After(now) {
 				f.API, f.APIs = s.api, s.apis
+				// The OpenAPI of an upstream goes with its capabilities. The maps are never modified.
+				f.OpenAPI, f.OpenAPIDocs = s.openapi, s.openapiDocs
 				if s.fetchFailing {
 					next = minTime(next, expiry)
 				}
@@ -163,6 +167,17 @@ func inputsDigest(facts []UpstreamFacts, ignored []IgnoredLease) [sha256.Size]by
 		}
 		field(d.Hash)
 	}
+	openapi := func(idx *OpenAPIIndex, docs map[string]*OpenAPISpec) {
+		if idx == nil {
+			field("-")
+		} else {
+			field("i" + idx.Hash) // "i": an empty index (OpenAPI v3 off) is not a missing one
+		}
+		for _, k := range slices.Sorted(maps.Keys(docs)) {
+			field(k)
+			field(docs[k].Hash)
+		}
+	}
 	for _, f := range facts {
 		field(f.Name)
 		field(f.Address)
@@ -175,6 +190,7 @@ func inputsDigest(facts []UpstreamFacts, ignored []IgnoredLease) [sha256.Size]by
 		flag(f.Departed)
 		doc(f.API)
 		doc(f.APIs)
+		openapi(f.OpenAPI, f.OpenAPIDocs)
 		b.WriteByte(1)
 	}
 	for _, l := range ignored {

@@ -20,6 +20,15 @@ type upstreamState struct {
 	apiTag, apisTag string
 	lastFetchOK     time.Time
 	fetchFailing    bool
+
+	// OpenAPI v3 (openapiworker.go). The worker writes openapi, openapiDocs and openapiFailing; the
+	// sync writes openapiWants and drops documents no Build needs any more.
+	openapi        *OpenAPIIndex           // nil until fetched once; the last good index
+	openapiDocs    map[string]*OpenAPISpec // key -> document under the hash openapi names; replaced, never modified
+	openapiDocsID  string                  // the keys and hashes of openapiDocs
+	openapiWants   []string                // keys whose documents the last Build wanted from this upstream
+	openapiFailing bool
+	openapiDocErrs map[string]string // key -> the type and hash of the last failure logged (wanted keys only)
 }
 
 // stateView is the part of an upstreamState a Topology shows: a change to it asks for a sync, a
@@ -29,10 +38,13 @@ type stateView struct {
 	version                          string
 	api, apis                        *Document
 	lastFetchOK                      time.Time // only while fetches fail: it sets when capabilities expire
+	openapi                          *OpenAPIIndex
+	openapiDocs                      string
 }
 
 func (s *upstreamState) visible() stateView {
-	v := stateView{ready: s.ready, initialized: s.initialized, fetchFailing: s.fetchFailing, version: s.version, api: s.api, apis: s.apis}
+	v := stateView{ready: s.ready, initialized: s.initialized, fetchFailing: s.fetchFailing, version: s.version, api: s.api, apis: s.apis,
+		openapi: s.openapi, openapiDocs: s.openapiDocsID}
 	if s.fetchFailing {
 		v.lastFetchOK = s.lastFetchOK
 	}
@@ -149,4 +161,6 @@ func (c *Controller) fetch(ctx context.Context, w *worker, log *zap.Logger) {
 		s.fetchFailing = false
 		s.version, s.api, s.apis, s.apiTag, s.apisTag, s.lastFetchOK = version, api, apis, newAPITag, newAPIsTag, now
 	})
+	// After discovery, and never failing it: the index, then the documents the last Build wants.
+	c.fetchOpenAPI(ctx, w, log)
 }

@@ -1,0 +1,101 @@
+package discovery
+
+import (
+	"encoding/hex"
+	"strings"
+	"testing"
+)
+
+func TestParseOpenAPIIndexCaptured(t *testing.T) {
+	for _, v := range []string{"v1.35.4", "v1.36.3"} {
+		idx, err := ParseOpenAPIIndex(captured(t, v, "index"))
+		if err != nil {
+			t.Fatalf("%s: %v", v, err)
+		}
+		if len(idx.Keys) != 48 || len(idx.Hash) != 64 {
+			t.Errorf("%s: %d keys, hash %q; the captured index has 48 keys", v, len(idx.Keys), idx.Hash)
+		}
+		// Every captured document is the one its index names: its SHA-512 is the hash.
+		for key, file := range capturedKeys {
+			if got, want := idx.Keys[key], sha512Hex(captured(t, v, file)); got != want {
+				t.Errorf("%s: index hash of %s = %.16s…, the captured document's SHA-512 is %.16s…", v, key, got, want)
+			}
+		}
+		for _, key := range []string{".well-known/openid-configuration", "openid/v1/jwks", "apis/apps", "api"} {
+			if _, ok := idx.Keys[key]; !ok {
+				t.Errorf("%s: key %q missing", v, key)
+			}
+		}
+	}
+}
+
+func TestParseOpenAPIIndexRejects(t *testing.T) {
+	const h = "ABC123"
+	entry := func(key, url string) string {
+		return `{"paths":{"api/v1":{"serverRelativeURL":"/openapi/v3/api/v1?hash=` + h + `"},` +
+			`"` + key + `":{"serverRelativeURL":"` + url + `"}}}`
+	}
+	ok := func(key string) string { return entry(key, "/openapi/v3/"+key+"?hash="+h) }
+	var many strings.Builder
+	many.WriteString(`{"paths":{`)
+	for i := range maxOpenAPIKeys + 1 {
+		if i > 0 {
+			many.WriteByte(',')
+		}
+		k := "k" + strings.Repeat("x", i%7) + "/" + hex.EncodeToString([]byte{byte(i >> 8), byte(i)})
+		many.WriteString(`"` + k + `":{"serverRelativeURL":"/openapi/v3/` + k + `?hash=1"}`)
+	}
+	many.WriteString(`}}`)
+	cases := []struct {
+		name, body, typ string
+	}{
+		{"not json", "<html>", ErrDecode},
+		{"array", `[]`, ErrDecode},
+		{"no paths", `{}`, ErrInvalid},
+		{"another member", `{"paths":{},"x":1}`, ErrInvalid},
+		{"paths not an object", `{"paths":[]}`, ErrInvalid},
+		{"paths null", `{"paths":null}`, ErrInvalid},
+		{"trailing garbage", ok("apis/apps/v1") + "x", ErrDecode},
+		{"entry not an object", `{"paths":{"api/v1":"x"}}`, ErrInvalid},
+		{"entry with another member", `{"paths":{"api/v1":{"serverRelativeURL":"/openapi/v3/api/v1?hash=1","x":1}}}`, ErrInvalid},
+		{"entry url not a string", `{"paths":{"api/v1":{"serverRelativeURL":1}}}`, ErrInvalid},
+		{"leading slash", ok("/apis/apps/v1"), ErrInvalid},
+		{"dot dot", ok("apis/../v1"), ErrInvalid},
+		{"dot dot in a segment", ok("apis/a..b"), ErrInvalid},
+		{"empty segment", ok("apis//v1"), ErrInvalid},
+		{"trailing slash", ok("apis/apps/v1/"), ErrInvalid},
+		{"bad byte", ok("apis/apps/v1?x"), ErrInvalid},
+		{"percent", ok("apis/a%2Fb/v1"), ErrInvalid},
+		{"space", ok("apis/a b/v1"), ErrInvalid},
+		{"key too long", ok(strings.Repeat("a", 257)), ErrInvalid},
+		{"group not DNS", ok("apis/Apps/v1"), ErrInvalid},
+		{"group underscore", ok("apis/a_b/v1"), ErrInvalid},
+		{"version not DNS-1035", ok("apis/apps/1v"), ErrInvalid},
+		{"core version not DNS-1035", ok("api/V1"), ErrInvalid},
+		{"url of another key", entry("apis/apps/v1", "/openapi/v3/apis/batch/v1?hash="+h), ErrInvalid},
+		{"url absolute", entry("apis/apps/v1", "https://evil/openapi/v3/apis/apps/v1?hash="+h), ErrInvalid},
+		{"url without hash", entry("apis/apps/v1", "/openapi/v3/apis/apps/v1"), ErrInvalid},
+		{"empty hash", entry("apis/apps/v1", "/openapi/v3/apis/apps/v1?hash="), ErrInvalid},
+		{"hash with other bytes", entry("apis/apps/v1", "/openapi/v3/apis/apps/v1?hash=AB&x=1"), ErrInvalid},
+		{"hash too long", entry("apis/apps/v1", "/openapi/v3/apis/apps/v1?hash="+strings.Repeat("A", 257)), ErrInvalid},
+		{"too many keys", many.String(), ErrInvalid},
+		{"too large", `{"paths":{}}` + strings.Repeat(" ", MaxOpenAPIIndexBytes), ErrTooLarge},
+	}
+	for _, tc := range cases {
+		idx, err := ParseOpenAPIIndex([]byte(tc.body))
+		if err == nil {
+			t.Errorf("%s: accepted (%d keys)", tc.name, len(idx.Keys))
+			continue
+		}
+		if got := errorType(err); got != tc.typ {
+			t.Errorf("%s: error type %s (%v), want %s", tc.name, got, err, tc.typ)
+		}
+	}
+	// The limits themselves are accepted.
+	for _, body := range []string{ok("apis/apps/v1"), ok(strings.Repeat("a", 256)), `{"paths":{}}`,
+		entry("apis/apps/v1", "/openapi/v3/apis/apps/v1?hash="+strings.Repeat("z", 256)), ok("apis/apps/v1/x"), ok("apis/apps")} {
+		if _, err := ParseOpenAPIIndex([]byte(body)); err != nil {
+			t.Errorf("%.80s: %v", body, err)
+		}
+	}
+}
