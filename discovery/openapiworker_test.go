@@ -10,11 +10,6 @@ import (
 	"go.uber.org/zap/zaptest"
 )
 
-const (
-	keyApps      = "apis/apps/v1"
-	keyAdmission = "apis/admissionregistration.k8s.io/v1"
-)
-
 // openAPIController runs a controller over static upstreams (name -> address) whose OpenAPI wants
 // are *wants (nil: none), whatever Build decides.
 func openAPIController(t *testing.T, pki testCA, ups map[string]string, wants *atomic.Pointer[map[string][]string], tune func(*Config)) *Controller {
