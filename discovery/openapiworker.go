@@ -197,11 +197,13 @@ func (c *Controller) openAPIDocument(ctx context.Context, w *worker, key, hash s
 // state, documents no longer needed are dropped, and the workers that lack a wanted document are asked
 // to fetch. It runs on the goroutine of Run after each Build.
 //
-// A document stays while its key is wanted from any upstream (a merge needs every upstream's) or has
-// a decision other than ActionDefault. The second rule keeps what a merge used once it no longer
-// wants anything, and also when its merge fails and the key falls back to a route: dropping the
-// documents then would make the next Build want them again, a fetch loop. A document whose hash
-// leaves its upstream's index (an upgrade) is dropped with the old index; the budget bounds the rest.
+// A document stays while its key needs a merge: wanted from any upstream (a merge needs every
+// upstream's), merged (ActionServe), or degraded (its merge waits for documents or failed and the
+// key falls back to a route). The last two keep what a merge used once it no longer wants anything:
+// dropping the documents then would make the next Build want them again, a fetch loop. A key that no
+// longer needs a merge (its skew resolved into a route or the default) drops them. A document whose
+// hash leaves its upstream's index (an upgrade) is dropped with the old index; the budget bounds the
+// rest.
 func (c *Controller) applyOpenAPIWants(t *Topology) {
 	wants := c.openAPIWants(t)
 	keep := map[string]bool{}
@@ -210,8 +212,13 @@ func (c *Controller) applyOpenAPIWants(t *Topology) {
 			keep[k] = true
 		}
 	}
-	for _, d := range t.OpenAPIDecisions() { // every action but ActionDefault
-		keep[d.Key] = true
+	for _, d := range t.OpenAPIDecisions() {
+		if d.Action == ActionServe {
+			keep[d.Key] = true
+		}
+	}
+	for k := range t.OpenAPIDegraded() {
+		keep[k] = true
 	}
 	var kick []string
 	dropped := false

@@ -209,19 +209,31 @@ func TestOpenAPIDocsAsWanted(t *testing.T) {
 		}
 	})
 
-	t.Run("kept while the key is not passed through", func(t *testing.T) {
-		// Wanted no more, but decided (a merge built, or a failed one routed to its fallback). The
-		// controller's own syncs meanwhile still apply the wants of *wants.
-		decided := &Topology{Version: decidedVersion,
-			openapi: openAPIView{decisions: map[string]OpenAPIDecision{keyApps: {Action: ActionRoute, Set: "old"}}}}
-		c.applyOpenAPIWants(decided)
+	t.Run("kept while the key needs a merge", func(t *testing.T) {
+		// Wanted no more, but merged, or its merge failed and it routes to its fallback: the next
+		// Build needs the documents again. The controller's own syncs meanwhile still apply the
+		// wants of *wants.
+		merged := &Topology{Version: decidedVersion,
+			openapi: openAPIView{decisions: map[string]OpenAPIDecision{keyApps: {Action: ActionServe, Set: "old"}}}}
+		c.applyOpenAPIWants(merged)
 		if heldDoc(c, "a", keyApps) == nil || heldDoc(c, "b", keyApps) == nil {
-			t.Error("documents of a key with a decision were dropped")
+			t.Error("documents of a merged key were dropped")
+		}
+		failed := &Topology{Version: decidedVersion, openapi: openAPIView{
+			decisions: map[string]OpenAPIDecision{keyApps: {Action: ActionRoute, Set: "old"}},
+			degraded:  map[string]string{keyApps: "dangling reference"}}}
+		c.applyOpenAPIWants(failed)
+		if heldDoc(c, "a", keyApps) == nil || heldDoc(c, "b", keyApps) == nil {
+			t.Error("documents of a key whose merge failed were dropped")
 		}
 	})
 
 	t.Run("dropped when no longer wanted", func(t *testing.T) {
-		// A key's documents stay while any upstream is asked for the key (a merge needs them all).
+		// A key's documents stay while any upstream is asked for the key (a merge needs them all),
+		// not because the key is routed: a skew resolved into a route needs no documents.
+		routed := &Topology{Version: decidedVersion,
+			openapi: openAPIView{decisions: map[string]OpenAPIDecision{keyApps: {Action: ActionRoute, Set: "old"}}}}
+		c.applyOpenAPIWants(routed)
 		want(map[string][]string{"a": {keyAdmission}})
 		for name := range ups {
 			if d := heldDoc(c, name, keyApps); d != nil {
