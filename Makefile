@@ -41,13 +41,17 @@ test: testbed-bins vet
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 	$(MAKE) fuzz
 
-# A bounded fuzz run of the classifier against the apiserver's own RequestInfoFactory, and of the
-# route table against ext_proc's decisions (FUZZTIME each; the committed corpora replay in every test run).
+# A bounded fuzz run of the classifier against the apiserver's own RequestInfoFactory, of the
+# route table against ext_proc's decisions, of ext_proc's OpenAPI key against kube-openapi's reading
+# of the path, and of the OpenAPI document splitter against encoding/json (FUZZTIME each; the
+# committed corpora replay in every test run).
 FUZZTIME ?= 25s
 .PHONY: fuzz
 fuzz:
 	$(GO) test ./extproc -run '^$$' -fuzz '^FuzzClassify$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./test/equivalence -run '^$$' -fuzz '^FuzzRouteTableMatchesExtProc$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./extproc -run '^$$' -fuzz '^FuzzOpenAPIPath$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./discovery -run '^$$' -fuzz '^FuzzSplitObject$$' -fuzztime $(FUZZTIME)
 
 # Unit tests only: no testbed, no binaries.
 test-unit:
@@ -66,7 +70,7 @@ clean:
 	rm -rf bin $(TESTBED_DIR)/run $(TESTBED_DIR)/run.log $(TESTBED_DIR)/testbed
 
 # The demo: a v1.35 + v1.36 control plane, skewgate and a data plane in front of it (Envoy when
-# ENVOY_BIN is set, else the test data plane), then the three commands that show the difference.
+# ENVOY_BIN is set, else the test data plane), then the four commands that show the difference.
 .PHONY: demo demo-down
 demo: testbed-bins $(TESTBED_DIR)/testbed
 	$(TESTBED_DIR)/testbed up --detach --front --dir $(TESTBED_DIR)/run
@@ -77,6 +81,8 @@ demo: testbed-bins $(TESTBED_DIR)/testbed
 	kubectl --kubeconfig $$fkc get mutatingadmissionpolicies; \
 	echo; echo "== 3. through skewgate: the merged discovery lists it"; \
 	kubectl --kubeconfig $$fkc api-resources --api-group admissionregistration.k8s.io; \
+	echo; echo "== 4. through skewgate: its schema, from the apiservers that serve it"; \
+	kubectl --kubeconfig $$fkc explain mutatingadmissionpolicies.spec --cache-dir $(TESTBED_DIR)/run/kubectl-cache | head -8; \
 	echo; echo "Stop everything with: make demo-down"
 
 demo-down: testbed-down
