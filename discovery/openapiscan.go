@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"unicode/utf8"
 )
 
 // splitObject returns the members of the JSON object in data, each value a slice of data. It is what
@@ -69,7 +70,8 @@ func checkEnd(data []byte, i int) error {
 }
 
 func decodeKey(quoted []byte) (string, error) {
-	if bytes.IndexByte(quoted, '\\') < 0 {
+	// encoding/json replaces invalid UTF-8 with U+FFFD: only a plain valid name is taken as it is.
+	if bytes.IndexByte(quoted, '\\') < 0 && utf8.Valid(quoted) {
 		return string(quoted[1 : len(quoted)-1]), nil
 	}
 	var s string
