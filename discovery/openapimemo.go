@@ -1,7 +1,6 @@
 package discovery
 
 import (
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -9,10 +8,13 @@ import (
 
 // Merging a key's documents costs tens of milliseconds for api/v1 (megabytes of JSON per input), and
 // a Topology is rebuilt for changes that have nothing to do with OpenAPI (readiness, Leases). The
-// merged documents of recent Builds are kept by their inputs: the same key, the same documents (by
-// hash, in the same order) and the same times give the same document, so a hit returns exactly what
-// merging again would, and Build stays a function of its facts. Bounded: at most mergeMemoEntries
-// documents and mergeMemoBytes bytes of them, the least recently used dropped first.
+// merged documents of recent Builds are kept by their inputs: the same key and the same documents
+// (by hash, in the same order) give the same bytes, so a hit returns exactly the bytes merging again
+// would, and Topologies that keep one merged document share one copy of it (xds keeps several
+// published Topologies). A document fetched again (dropped, or its upstream left and came back)
+// carries a new Built time but the same hash: it hits, and the merged document keeps the Built of
+// its first merge, its stable Last-Modified. Bounded: at most mergeMemoEntries documents and
+// mergeMemoBytes bytes of them, the least recently used dropped first.
 const (
 	mergeMemoEntries = 64
 	mergeMemoBytes   = 64 << 20
@@ -30,15 +32,13 @@ var mergeMemo = struct {
 	clock   uint64
 }{entries: map[string]*mergeMemoEntry{}}
 
-// mergeMemoKey identifies a merge's inputs: the key, each input's hash and time, in order.
+// mergeMemoKey identifies a merge's inputs: the key and each input's hash, in order.
 func mergeMemoKey(key string, inputs []*OpenAPISpec) string {
 	var b strings.Builder
 	b.WriteString(key)
 	for _, in := range inputs {
 		b.WriteByte(0)
 		b.WriteString(in.Hash)
-		b.WriteByte(0)
-		b.WriteString(strconv.FormatInt(in.Built.UnixNano(), 36))
 	}
 	return b.String()
 }

@@ -72,6 +72,14 @@ func TestMergeMemo(t *testing.T) {
 	if !bytes.Equal(fresh.JSON, first.JSON) || !fresh.Built.Equal(first.Built) {
 		t.Error("memo differs from a fresh merge")
 	}
+	// The same document fetched again (a new Built, the same hash): the same merged bytes, one copy,
+	// the Built of the first merge.
+	refetched := *old
+	refetched.Built = old.Built.Add(time.Hour)
+	shared, _ := mergeOpenAPIMemo(keyAdmission, []*OpenAPISpec{full, &refetched}, time.Unix(3, 0))
+	if shared != first {
+		t.Error("a refetched input with the same hash merged again: another copy of the same bytes")
+	}
 	other, _ := mergeOpenAPIMemo(keyAdmission, []*OpenAPISpec{old, full}, time.Unix(1, 0))
 	if other == first || bytes.Equal(other.JSON, first.JSON) {
 		t.Error("another input order hit the memo")
