@@ -28,9 +28,10 @@ import (
 //     "version", "apis" or "apis/<group>", has no resources, so every upstream listing it
 //     qualifies), grouped by their hash for K: ActionRoute to the first group with a ready member,
 //     in the order highest version (k8s.io/apimachinery's ParseGeneric of Upstream.Version, an
-//     unparsable one the lowest), then the most members, then the smallest hash; ActionUnavailable
-//     (Hash: the first group's) if none of those groups has a ready member;
-//   - nobody serves every resource of the group-version: ActionServe, the front serves a document
+//     unparsable one the lowest), then the most members, then the smallest hash;
+//   - nobody serves every resource of the group-version, or none of those who do is ready (a new
+//     apiserver starting: a document from the ready ones beats a 503 for every resource of the
+//     group-version): ActionServe, the front serves a document
 //     merged from the documents of every hash (OpenAPIMerged, rule in openapimerge.go), with Set the
 //     fallback for Envoy's route table: the group serving the most of those resources (ready ones
 //     first, then the order above). Until the merged document can be built (documents not fetched

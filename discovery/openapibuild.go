@@ -207,7 +207,9 @@ func (b *openAPIBuilder) decide(key string) OpenAPIDecision {
 				return OpenAPIDecision{Action: ActionRoute, Set: b.setFor(g.members), Hash: g.hash}
 			}
 		}
-		return OpenAPIDecision{Action: ActionUnavailable, Hash: eligible[0].hash}
+		// None of them is ready (a new apiserver starting, or stuck): as if none served it all. The
+		// ready ones' documents, merged with the others' where they are held, beat a 503 for every
+		// resource of the group-version; only with nobody ready the key is unavailable.
 	}
 
 	// Nobody serves the whole group-version: merge every group's document. The fallback (Envoy's route

@@ -129,7 +129,11 @@ func TestOpenAPIDecisionsSets(t *testing.T) {
 	}{
 		{"two 1.36 of one hash", []UpstreamFacts{capturedFacts(t, "old", v135, true), capturedFacts(t, "new-a", v136, true), capturedFacts(t, "new-b", v136, true)},
 			OpenAPIDecision{Action: ActionRoute, Set: "new-a,new-b", Hash: c136.index.Keys[keyAdmission]}, []SetID{"new-a,new-b"}},
+		// The only complete one is not ready (starting): the ready 1.35 serves the group-version's
+		// document rather than a 503 for all of it, until the merge is built.
 		{"capable one not ready", []UpstreamFacts{capturedFacts(t, "old", v135, true), capturedFacts(t, "new", v136, false)},
+			OpenAPIDecision{Action: ActionRoute, Set: "old", Hash: loadCaptured(t, v135).index.Keys[keyAdmission]}, nil},
+		{"nobody ready", []UpstreamFacts{capturedFacts(t, "old", v135, false), capturedFacts(t, "new", v136, false)},
 			OpenAPIDecision{Action: ActionUnavailable, Hash: c136.index.Keys[keyAdmission]}, nil},
 		// apps/v1 is served whole by both: the not-ready 1.36 loses to the ready 1.35.
 		{"not ready newest, apps", []UpstreamFacts{capturedFacts(t, "old", v135, true), capturedFacts(t, "new", v136, false)},
@@ -152,6 +156,27 @@ func TestOpenAPIDecisionsSets(t *testing.T) {
 				t.Errorf("sets %v, want %v", ids, tc.sets)
 			}
 		})
+	}
+}
+
+// TestOpenAPINotReadyNewestMerges: with the only apiserver serving all of admissionregistration.k8s.io/v1
+// not ready, its document is wanted and, once held, merged with the ready one's: kubectl explain of
+// every resource of the group-version works, the new one's too.
+func TestOpenAPINotReadyNewestMerges(t *testing.T) {
+	top := Build("t", time.Unix(100, 0), []UpstreamFacts{capturedFacts(t, "old", v135, true), capturedFacts(t, "new", v136, false)})
+	if w := top.OpenAPIWants(); !slices.Contains(w["new"], keyAdmission) || !slices.Contains(w["old"], keyAdmission) {
+		t.Errorf("wants %v, want %s from both", w, keyAdmission)
+	}
+	top = Build("t", time.Unix(100, 0), []UpstreamFacts{capturedFacts(t, "old", v135, true, keyAdmission), capturedFacts(t, "new", v136, false, keyAdmission)})
+	d := top.DecideOpenAPI(keyAdmission)
+	m := top.OpenAPIMerged(keyAdmission)
+	if d.Action != ActionServe || d.Set != "old" || m == nil || d.Hash != m.Hash {
+		t.Fatalf("%+v, want served (merged), failing open to old", d)
+	}
+	for _, p := range []string{"/mutatingadmissionpolicies", "/validatingadmissionpolicies"} {
+		if !strings.Contains(string(m.JSON), p) {
+			t.Errorf("merged document lacks %s", p)
+		}
 	}
 }
 

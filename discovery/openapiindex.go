@@ -105,6 +105,11 @@ func validOpenAPIKey(key string) error {
 		if s == "" {
 			return errors.New("empty path segment")
 		}
+		if s == "." {
+			// The URL of the key is path.Join'ed (handler3's constructServerRelativeURL), which would
+			// name another key's document.
+			return errors.New(`"." path segment not allowed`)
+		}
 	}
 	var group, ver string
 	switch {

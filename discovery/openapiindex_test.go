@@ -61,6 +61,8 @@ func TestParseOpenAPIIndexRejects(t *testing.T) {
 		{"entry url not a string", `{"paths":{"api/v1":{"serverRelativeURL":1}}}`, ErrInvalid},
 		{"leading slash", ok("/apis/apps/v1"), ErrInvalid},
 		{"dot dot", ok("apis/../v1"), ErrInvalid},
+		{"dot segment", ok("x/./version"), ErrInvalid},
+		{"trailing dot segment", ok("version/."), ErrInvalid},
 		{"dot dot in a segment", ok("apis/a..b"), ErrInvalid},
 		{"empty segment", ok("apis//v1"), ErrInvalid},
 		{"trailing slash", ok("apis/apps/v1/"), ErrInvalid},
