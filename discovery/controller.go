@@ -68,7 +68,7 @@ type Controller struct {
 	states     map[string]*upstreamState
 	notify     chan struct{} // closed and replaced on every publish
 	leaseEvent time.Time     // first Lease change not yet reflected in a published Topology
-	// openAPIInflight: the OpenAPI documents being fetched, by hash; closed when done, so another
+	// openAPIInflight: the OpenAPI documents being fetched, by key and hash; closed when done, so another
 	// upstream's worker that needs the same hash waits and shares it instead of fetching it again.
 	openAPIInflight   map[string]chan struct{}
 	openAPIOverBudget bool // the last document refused for the budget was logged

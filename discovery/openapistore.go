@@ -62,13 +62,13 @@ func openAPIDocsID(docs map[string]*OpenAPISpec) string {
 	return b.String()
 }
 
-// heldOpenAPIDocLocked returns the document any upstream holds under hash.
-func (c *Controller) heldOpenAPIDocLocked(hash string) *OpenAPISpec {
+// heldOpenAPIDocLocked returns the document of key any upstream holds under hash. Shared by key and
+// hash, never by hash alone: a hash whose form is not checked (not SHA-512) proves nothing about
+// the bytes, so one upstream's document never stands for another key's.
+func (c *Controller) heldOpenAPIDocLocked(key, hash string) *OpenAPISpec {
 	for _, s := range c.states {
-		for _, d := range s.openapiDocs {
-			if d.Hash == hash {
-				return d
-			}
+		if d := s.openapiDocs[key]; d != nil && d.Hash == hash {
+			return d
 		}
 	}
 	return nil

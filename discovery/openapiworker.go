@@ -136,7 +136,7 @@ func (c *Controller) fetchOpenAPIDocs(ctx context.Context, w *worker, log *zap.L
 func (c *Controller) openAPIDocument(ctx context.Context, w *worker, key, hash string) error {
 	for {
 		c.mu.Lock()
-		if d := c.heldOpenAPIDocLocked(hash); d != nil {
+		if d := c.heldOpenAPIDocLocked(key, hash); d != nil {
 			changed := c.holdOpenAPIDocLocked(w.name, key, d)
 			c.mu.Unlock()
 			c.metrics.openapiFetches.WithLabelValues(openapiDocument, resultShared).Inc()
@@ -145,7 +145,7 @@ func (c *Controller) openAPIDocument(ctx context.Context, w *worker, key, hash s
 			}
 			return nil
 		}
-		if ch, ok := c.openAPIInflight[hash]; ok {
+		if ch, ok := c.openAPIInflight[key+"\x00"+hash]; ok {
 			c.mu.Unlock()
 			select {
 			case <-ch:
@@ -160,7 +160,7 @@ func (c *Controller) openAPIDocument(ctx context.Context, w *worker, key, hash s
 			return errOverBudget
 		}
 		ch := make(chan struct{})
-		c.openAPIInflight[hash] = ch
+		c.openAPIInflight[key+"\x00"+hash] = ch
 		c.mu.Unlock()
 
 		dctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
@@ -171,7 +171,7 @@ func (c *Controller) openAPIDocument(ctx context.Context, w *worker, key, hash s
 		}
 		changed := false
 		c.mu.Lock()
-		delete(c.openAPIInflight, hash)
+		delete(c.openAPIInflight, key+"\x00"+hash)
 		close(ch)
 		if err == nil {
 			// Other documents may have been taken while this one was fetched.
