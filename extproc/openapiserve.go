@@ -179,13 +179,26 @@ func (f *frontOpenAPI) protobuf(spec *discovery.OpenAPISpec) ([]byte, error) {
 	return b, nil
 }
 
-// index answers GET /openapi/v3 with the front's index, as handler3's HandleDiscovery does.
+// index answers GET /openapi/v3 with the front's index, as handler3's HandleDiscovery writes it.
+//
+// An apiserver's /openapi/v3 is not handler3's but kube-aggregator's handleDiscovery
+// (pkg/controllers/openapiv3/aggregator/aggregator.go): no Etag, Last-Modified the time of the
+// answer (http.ServeContent with time.Now()). A client caching that answer (fetched while the front
+// passed /openapi/v3 through: ext_proc failing open, or a Topology without an index) can only
+// revalidate it with If-Modified-Since; the front must never confirm it, since its index names
+// other hashes. So the front's Last-Modified is the time of its answer too, and If-Modified-Since
+// is not read at all (with time.Now() alone a revalidation within the same second would still be
+// confirmed): a copy of the front's own index always carries its Etag, and a client holding it
+// revalidates with If-None-Match, which http.ServeContent checks first and still answers 304.
+// Nothing of this answer is cached per Topology, so the time is never frozen.
 func (f *frontOpenAPI) index(spec *discovery.OpenAPISpec, q *openAPIRequest) *extprocv3.ProcessingResponse {
 	w := newDocRecorder(spec.JSON)
 	withCacheControl(w)
 	w.Header().Set("Etag", strconv.Quote(spec.Hash))
 	w.Header().Set("Content-Type", "application/json")
-	http.ServeContent(w, q.httpRequest(openAPIV3Path), openAPIV3Path, spec.Built, w.reader)
+	r := q.httpRequest(openAPIV3Path)
+	r.Header.Del("If-Modified-Since")
+	http.ServeContent(w, r, openAPIV3Path, time.Now(), w.reader)
 	return w.response()
 }
 
