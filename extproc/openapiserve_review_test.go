@@ -9,8 +9,8 @@ import (
 	"github.com/skewgate/skewgate/discovery"
 )
 
-// Tests from the review of OpenAPI at the front: the index's conditional answers and the protobuf
-// renderings' single flight.
+// Tests from the review of OpenAPI at the front: the index's conditional answers (the protobuf
+// renderings' single flight: openapirender_test.go).
 
 // TestOpenAPIIndexIfModifiedSinceNeverConfirms: a client holds an apiserver's own index
 // (kube-aggregator's: no Etag, Last-Modified the time it answered), fetched while the front passed
