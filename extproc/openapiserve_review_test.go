@@ -3,6 +3,7 @@ package extproc
 import (
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -60,6 +61,49 @@ func TestOpenAPIIndexIfModifiedSinceNeverConfirms(t *testing.T) {
 		lm, err := http.ParseTime(header(ir, "last-modified"))
 		if err != nil || lm.Before(before) || lm.After(after) {
 			t.Errorf("%s: Last-Modified %q (%v), want the time of the answer in [%v, %v]", c.name, header(ir, "last-modified"), err, before, after)
+		}
+	}
+}
+
+// TestDuplicateHeadersReadFirst: a header sent twice is read as the apiserver reads it (net/http's
+// Header.Get: the first occurrence, an empty one included), for the OpenAPI answers and for
+// discovery: Accept, If-None-Match and Range.
+func TestDuplicateHeadersReadFirst(t *testing.T) {
+	h := startServer(t)
+	top := discovery.Build("served-1", time.Now(), servedFacts(t))
+	h.src.t.Store(top)
+	spec := top.OpenAPIMerged(keyAdmission)
+	if spec == nil {
+		t.Fatal("not merged")
+	}
+	etag := strconv.Quote(spec.Hash)
+	doc := "/openapi/v3/" + keyAdmission + "?hash=" + spec.Hash
+	for _, c := range []struct {
+		name, path string
+		extra      []string
+		code       uint32
+		ct         string
+		bodyLen    int // -1: any
+	}{
+		{"accept json then protobuf", doc, []string{"accept", "application/json", "accept", acceptProto}, 200, "application/json", len(spec.JSON)},
+		{"accept protobuf then json", doc, []string{"accept", acceptProto, "accept", "application/json"}, 200, acceptProto, -1},
+		{"accept empty then protobuf", doc, []string{"accept", "", "accept", acceptProto}, 200, "application/json", len(spec.JSON)},
+		{"inm own then other", doc, []string{"if-none-match", etag, "if-none-match", `"ABC"`}, 304, "", 0},
+		{"inm other then own", doc, []string{"if-none-match", `"ABC"`, "if-none-match", etag}, 200, "application/json", len(spec.JSON)},
+		{"range 10 then 20 bytes", doc, []string{"range", "bytes=0-9", "range", "bytes=0-19"}, 206, "application/json", 10},
+		{"discovery accept json then protobuf", "/apis", []string{"accept", acceptV2, "accept", acceptV2Proto}, 200, "application/json;g=apidiscovery.k8s.io;v=v2", -1},
+		{"discovery accept protobuf then json", "/apis", []string{"accept", acceptV2Proto, "accept", acceptV2}, 200, protobufType + ";g=apidiscovery.k8s.io;v=v2", -1},
+	} {
+		_, last := h.exchange(t, envoyHeaders("GET", c.path, c.extra...), "200")
+		ir := last.GetImmediateResponse()
+		if ir == nil {
+			t.Errorf("%s: no front answer: %v", c.name, last)
+			continue
+		}
+		ct := header(ir, "content-type")
+		if uint32(ir.Status.GetCode()) != c.code || (c.ct == "" && ct != "") || !strings.Contains(ct, c.ct) ||
+			(c.bodyLen >= 0 && len(ir.Body) != c.bodyLen) {
+			t.Errorf("%s: front answered %d %q with %d bytes, want %d %q with %d", c.name, ir.Status.GetCode(), ct, len(ir.Body), c.code, c.ct, c.bodyLen)
 		}
 	}
 }
