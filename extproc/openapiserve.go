@@ -10,13 +10,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/munnerz/goautoneg"
-	"k8s.io/kube-openapi/pkg/handler3"
 
 	"github.com/skewgate/skewgate/discovery"
 )
@@ -82,110 +80,26 @@ func (q *openAPIRequest) httpRequest(p string) *http.Request {
 	return r
 }
 
-// maxProtoBytes bounds the protobuf renderings one Topology keeps (like maxCacheBytes): past it a
-// rendering is made per request instead. The entries are keyed by the document's hash alone, never
-// by an Accept header, so a client cannot grow the cache by varying it; they are only made for the
-// Topology's merged documents.
-const maxProtoBytes = 64 << 20
-
-// frontOpenAPI serves one Topology's OpenAPI v3: its index and its merged documents.
-type frontOpenAPI struct {
-	t *discovery.Topology
-
-	mu         sync.Mutex
-	proto      map[string][]byte // document hash -> handler3.ToV3ProtoBinary(document)
-	protoBytes int
-	maxBytes   int
-}
-
-func newFrontOpenAPI(t *discovery.Topology) *frontOpenAPI {
-	return &frontOpenAPI{t: t, proto: map[string][]byte{}, maxBytes: maxProtoBytes}
-}
-
-// openAPIFor returns the OpenAPI answers of t, built once per Topology version. A new version keeps
-// the protobuf renderings of the documents it still serves, and renders the others in the
-// background: the rendering of a large document takes a good part of a second (api/v1: about
-// 200 ms), more than a request should wait inside Envoy's ext_proc message timeout.
-func (s *Server) openAPIFor(t *discovery.Topology) *frontOpenAPI {
-	return s.frontOpenAPI.get(t, func(t *discovery.Topology) *frontOpenAPI {
-		f := newFrontOpenAPI(t)
-		merged := f.mergedSpecs()
-		if prev := s.frontOpenAPI.load(); prev != nil {
-			prev.mu.Lock()
-			for _, spec := range merged {
-				if b, ok := prev.proto[spec.Hash]; ok {
-					f.keepProto(spec.Hash, b)
-				}
-			}
-			prev.mu.Unlock()
-		}
-		if len(merged) > 0 {
-			// Stops once another Topology version is served.
-			go f.warm(merged, func() bool {
-				cur := s.frontOpenAPI.load()
-				return cur == nil || cur.t.Version == t.Version
-			})
-		}
-		return f
-	})
-}
-
-// mergedSpecs lists the Topology's merged documents, by key.
-func (f *frontOpenAPI) mergedSpecs() map[string]*discovery.OpenAPISpec {
-	out := map[string]*discovery.OpenAPISpec{}
-	for _, d := range f.t.OpenAPIDecisions() {
-		if spec := f.t.OpenAPIMerged(d.Key); d.Action == discovery.ActionServe && spec != nil {
-			out[d.Key] = spec
-		}
-	}
-	return out
-}
-
-// warm renders the protobuf form of every merged document not rendered yet, one at a time, while
-// current says the Topology is still the one served.
-func (f *frontOpenAPI) warm(merged map[string]*discovery.OpenAPISpec, current func() bool) {
-	for _, key := range slices.Sorted(maps.Keys(merged)) {
-		if !current() {
-			return
-		}
-		f.protobuf(merged[key])
-	}
-}
-
-// keepProto records a rendering if the cap allows; the caller holds f.mu.
-func (f *frontOpenAPI) keepProto(hash string, b []byte) {
-	if _, ok := f.proto[hash]; !ok && f.protoBytes+len(b) <= f.maxBytes {
-		f.proto[hash] = b
-		f.protoBytes += len(b)
-	}
-}
-
-// protobuf is the protobuf form of a merged document, rendered on first use as handler3 renders its
-// own (lazily, once per document).
-func (f *frontOpenAPI) protobuf(spec *discovery.OpenAPISpec) ([]byte, error) {
-	f.mu.Lock()
-	b, ok := f.proto[spec.Hash]
-	f.mu.Unlock()
-	if ok {
-		return b, nil
-	}
-	b, err := handler3.ToV3ProtoBinary(spec.JSON)
-	if err != nil {
-		return nil, err
-	}
-	f.mu.Lock()
-	f.keepProto(spec.Hash, b)
-	f.mu.Unlock()
-	return b, nil
-}
-
-// index answers GET /openapi/v3 with the front's index, as handler3's HandleDiscovery does.
+// index answers GET /openapi/v3 with the front's index, as handler3's HandleDiscovery writes it.
+//
+// An apiserver's /openapi/v3 is not handler3's but kube-aggregator's handleDiscovery
+// (pkg/controllers/openapiv3/aggregator/aggregator.go): no Etag, Last-Modified the time of the
+// answer (http.ServeContent with time.Now()). A client caching that answer (fetched while the front
+// passed /openapi/v3 through: ext_proc failing open, or a Topology without an index) can only
+// revalidate it with If-Modified-Since; the front must never confirm it, since its index names
+// other hashes. So the front's Last-Modified is the time of its answer too, and If-Modified-Since
+// is not read at all (with time.Now() alone a revalidation within the same second would still be
+// confirmed): a copy of the front's own index always carries its Etag, and a client holding it
+// revalidates with If-None-Match, which http.ServeContent checks first and still answers 304.
+// Nothing of this answer is cached per Topology, so the time is never frozen.
 func (f *frontOpenAPI) index(spec *discovery.OpenAPISpec, q *openAPIRequest) *extprocv3.ProcessingResponse {
 	w := newDocRecorder(spec.JSON)
 	withCacheControl(w)
 	w.Header().Set("Etag", strconv.Quote(spec.Hash))
 	w.Header().Set("Content-Type", "application/json")
-	http.ServeContent(w, q.httpRequest(openAPIV3Path), openAPIV3Path, spec.Built, w.reader)
+	r := q.httpRequest(openAPIV3Path)
+	r.Header.Del("If-Modified-Since")
+	http.ServeContent(w, r, openAPIV3Path, time.Now(), w.reader)
 	return w.response()
 }
 

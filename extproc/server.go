@@ -128,14 +128,32 @@ type headersRead struct {
 	method, path, accept, ifNoneMatch, clientCert string
 	hasPath, upgrade, anonymous                   bool
 	extra                                         []string // client-supplied X-Remote-Extra-* names
-	// The other conditional request headers, for the OpenAPI answers (http.ServeContent reads them):
-	// the first of each, as net/http's Header.Get.
+	// The other conditional request headers, for the OpenAPI answers (http.ServeContent reads them).
 	ifModifiedSince, ifMatch, ifUnmodifiedSince, rang, ifRang string
+	seen                                                      uint8 // headers read by first
 }
 
-// first sets *dst to v unless it is set already.
-func first(dst *string, v string) {
-	if *dst == "" {
+// Bits of headersRead.seen.
+const (
+	seenAccept = 1 << iota
+	seenIfNoneMatch
+	seenIfModifiedSince
+	seenIfMatch
+	seenIfUnmodifiedSince
+	seenRange
+	seenIfRange
+)
+
+// first sets *dst to v if this is the header's first occurrence: a header sent more than once is
+// read as the apiserver reads it, net/http's Header.Get, which takes the first value, an empty one
+// included (content negotiation and If-None-Match in k8s.io/apiserver, http.ServeContent). Envoy
+// sends ext_proc the entries of its header map in order (source/extensions/filters/http/ext_proc/
+// mutation_utils.cc, MutationUtils::headersToProto iterates it), as it forwards them: the
+// occurrences of a header as entries of their own, or, for a header its map keeps inline, one
+// comma-joined entry, which both sides then read whole.
+func (r *headersRead) first(bit uint8, dst *string, v string) {
+	if r.seen&bit == 0 {
+		r.seen |= bit
 		*dst = v
 	}
 }
@@ -153,19 +171,19 @@ func (s *Server) requestHeaders(h *extprocv3.HttpHeaders, anonymous bool) (*extp
 		case k == ":path":
 			r.path, r.hasPath = headerValue(hv), true
 		case k == "accept":
-			r.accept = headerValue(hv)
+			r.first(seenAccept, &r.accept, headerValue(hv))
 		case k == "if-none-match":
-			r.ifNoneMatch = headerValue(hv)
+			r.first(seenIfNoneMatch, &r.ifNoneMatch, headerValue(hv))
 		case k == "if-modified-since":
-			first(&r.ifModifiedSince, headerValue(hv))
+			r.first(seenIfModifiedSince, &r.ifModifiedSince, headerValue(hv))
 		case k == "if-match":
-			first(&r.ifMatch, headerValue(hv))
+			r.first(seenIfMatch, &r.ifMatch, headerValue(hv))
 		case k == "if-unmodified-since":
-			first(&r.ifUnmodifiedSince, headerValue(hv))
+			r.first(seenIfUnmodifiedSince, &r.ifUnmodifiedSince, headerValue(hv))
 		case k == "range":
-			first(&r.rang, headerValue(hv))
+			r.first(seenRange, &r.rang, headerValue(hv))
 		case k == "if-range":
-			first(&r.ifRang, headerValue(hv))
+			r.first(seenIfRange, &r.ifRang, headerValue(hv))
 		case k == "upgrade":
 			r.upgrade = headerValue(hv) != ""
 		case k == wire.ForwardedCertHeader:
