@@ -12,8 +12,8 @@ import (
 	"github.com/skewgate/skewgate/discovery"
 )
 
-// Tests from the review of OpenAPI at the front: protobuf renderings are made once at a time per
-// document, and the background rendering starts once per Topology version.
+// Protobuf renderings of the front's OpenAPI documents are made once at a time per document, and the
+// background rendering starts once per Topology version.
 
 // holdRender is a protobuf rendering that counts its calls and ends only when released.
 type holdRender struct {
@@ -100,7 +100,7 @@ func TestOpenAPIProtobufSingleFlight(t *testing.T) {
 	}
 }
 
-// TestOpenAPIProtobufConcurrentFirstRequestsAllocate: the review's measure with the real rendering:
+// TestOpenAPIProtobufConcurrentFirstRequestsAllocate: with the real rendering,
 // N concurrent first protobuf requests allocate about what one does (each request alone rendering
 // would allocate N times as much).
 func TestOpenAPIProtobufConcurrentFirstRequestsAllocate(t *testing.T) {

@@ -10,8 +10,7 @@ import (
 	"github.com/skewgate/skewgate/discovery"
 )
 
-// Tests from the review of OpenAPI at the front: the index's conditional answers (the protobuf
-// renderings' single flight: openapirender_test.go).
+// The front's OpenAPI answers to conditional requests and to headers sent twice.
 
 // TestOpenAPIIndexIfModifiedSinceNeverConfirms: a client holds an apiserver's own index
 // (kube-aggregator's: no Etag, Last-Modified the time it answered), fetched while the front passed
