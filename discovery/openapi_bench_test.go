@@ -209,7 +209,7 @@ func BenchmarkBuildOpenAPI(b *testing.B) {
 				Build("v", time.Now(), facts)
 			}
 			// After the loop: b.Loop resets the timer, and with it metrics reported before.
-			b.ReportMetric(float64(len(capsOfFacts(facts))), "resource-keys")
+			b.ReportMetric(float64(len(capsOf(facts))), "resource-keys")
 			b.ReportMetric(float64(merged), "merged-bytes")
 			b.ReportMetric(float64(inputs), "input-bytes")
 			if bc.cold {
@@ -220,16 +220,4 @@ func BenchmarkBuildOpenAPI(b *testing.B) {
 			runtime.KeepAlive(top)
 		})
 	}
-}
-
-func capsOfFacts(facts []UpstreamFacts) map[ResourceKey]*capability {
-	caps := map[ResourceKey]*capability{}
-	for i, f := range facts {
-		for _, d := range []*Document{f.API, f.APIs} {
-			if d != nil {
-				addCapabilities(caps, d.Groups, i, len(facts))
-			}
-		}
-	}
-	return caps
 }

@@ -229,7 +229,7 @@ func TestOpenAPINeedsMerge(t *testing.T) {
 	top := Build("t", time.Unix(100, 0), []UpstreamFacts{old, nw})
 	d := top.DecideOpenAPI(keyAdmission)
 	// The fallback serves the most resource keys of the group-version, the newest on a tie.
-	cov := coverageByGV(capsOf(t, []UpstreamFacts{nw, old}), 2)["admissionregistration.k8s.io/v1"]
+	cov := coverageByGV(capsOf([]UpstreamFacts{nw, old}), 2)["admissionregistration.k8s.io/v1"]
 	wantSet, wantHash := SetID("new"), nw.OpenAPI.Keys[keyAdmission]
 	if cov.count[1] > cov.count[0] {
 		wantSet, wantHash = "old", old.OpenAPI.Keys[keyAdmission]
@@ -261,7 +261,7 @@ func equalWants(a, b map[string][]string) bool {
 }
 
 // capsOf is the merged discovery's resource keys of facts (in the given order).
-func capsOf(t *testing.T, facts []UpstreamFacts) map[ResourceKey]*capability {
+func capsOf(facts []UpstreamFacts) map[ResourceKey]*capability {
 	caps := map[ResourceKey]*capability{}
 	for i, f := range facts {
 		for _, d := range []*Document{f.API, f.APIs} {

@@ -1,12 +1,10 @@
 package discovery
 
 import (
-	"compress/gzip"
 	"encoding/json"
-	"io"
+	"github.com/skewgate/skewgate/internal/openapitest"
 	"maps"
 	"net/url"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -27,24 +25,6 @@ type capturedOpenAPI struct {
 
 var capturedCache = map[string]*capturedOpenAPI{}
 
-func readGzip(t testing.TB, file string) []byte {
-	t.Helper()
-	f, err := os.Open(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	r, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := io.ReadAll(r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return data
-}
-
 // loadCaptured reads the captured index and documents of version ("v1.35.4", "v1.36.3"). The
 // documents' Built is a fixed time per version.
 func loadCaptured(t testing.TB, version string) *capturedOpenAPI {
@@ -52,8 +32,8 @@ func loadCaptured(t testing.TB, version string) *capturedOpenAPI {
 	if c := capturedCache[version]; c != nil {
 		return c
 	}
-	dir := filepath.Join("testdata", "openapi", version)
-	c := &capturedOpenAPI{version: version, indexRaw: readGzip(t, filepath.Join(dir, "index.json.gz")), docs: map[string]*OpenAPISpec{}}
+	dir := openapitest.Dir(t, version)
+	c := &capturedOpenAPI{version: version, indexRaw: openapitest.Gunzip(t, filepath.Join(dir, "index.json.gz")), docs: map[string]*OpenAPISpec{}}
 	var idx handler3.OpenAPIV3Discovery
 	if err := json.Unmarshal(c.indexRaw, &idx); err != nil {
 		t.Fatal(err)
@@ -80,7 +60,7 @@ func loadCaptured(t testing.TB, version string) *capturedOpenAPI {
 			continue
 		}
 		key := strings.ReplaceAll(name, "_", "/")
-		data := readGzip(t, f)
+		data := openapitest.Gunzip(t, f)
 		c.docs[key] = &OpenAPISpec{JSON: data, Hash: openAPIHash(data), Built: built}
 	}
 	capturedCache[version] = c

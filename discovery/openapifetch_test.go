@@ -2,42 +2,20 @@ package discovery
 
 import (
 	"bytes"
-	"compress/gzip"
 	"context"
 	"crypto/sha512"
 	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"io"
+	"github.com/skewgate/skewgate/internal/openapitest"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 )
-
-// captured reads a gzipped document captured from a testbed apiserver (testdata/openapi/README.md).
-func captured(t testing.TB, version, name string) []byte {
-	t.Helper()
-	f, err := os.Open(filepath.Join("testdata", "openapi", version, name+".json.gz"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := io.ReadAll(zr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return data
-}
 
 // capturedDocs are the documents captured per version, by key.
 var capturedKeys = map[string]string{
@@ -86,7 +64,7 @@ func (o *openapiUpstream) addr() string { return o.srv.Listener.Addr().String() 
 func capturedDocs(t testing.TB, version string, keys ...string) map[string][]byte {
 	docs := map[string][]byte{}
 	for _, k := range keys {
-		docs[k] = captured(t, version, capturedKeys[k])
+		docs[k] = openapitest.File(t, version, capturedKeys[k])
 	}
 	return docs
 }

@@ -2,13 +2,14 @@ package discovery
 
 import (
 	"encoding/hex"
+	"github.com/skewgate/skewgate/internal/openapitest"
 	"strings"
 	"testing"
 )
 
 func TestParseOpenAPIIndexCaptured(t *testing.T) {
 	for _, v := range []string{"v1.35.4", "v1.36.3"} {
-		idx, err := ParseOpenAPIIndex(captured(t, v, "index"))
+		idx, err := ParseOpenAPIIndex(openapitest.File(t, v, "index"))
 		if err != nil {
 			t.Fatalf("%s: %v", v, err)
 		}
@@ -17,7 +18,7 @@ func TestParseOpenAPIIndexCaptured(t *testing.T) {
 		}
 		// Every captured document is the one its index names: its SHA-512 is the hash.
 		for key, file := range capturedKeys {
-			if got, want := idx.Keys[key], sha512Hex(captured(t, v, file)); got != want {
+			if got, want := idx.Keys[key], sha512Hex(openapitest.File(t, v, file)); got != want {
 				t.Errorf("%s: index hash of %s = %.16s…, the captured document's SHA-512 is %.16s…", v, key, got, want)
 			}
 		}

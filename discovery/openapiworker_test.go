@@ -1,6 +1,7 @@
 package discovery
 
 import (
+	"github.com/skewgate/skewgate/internal/openapitest"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -70,12 +71,12 @@ func syncOnce(t *testing.T, c *Controller) {
 func TestOpenAPIIndexKeptOnBadInput(t *testing.T) {
 	pki, cert := testPKI(t)
 	up := newOpenAPIUpstream(t, cert, "v1.36.3", apisDoc(true), nil)
-	up.index = captured(t, "v1.36.3", "index")
+	up.index = openapitest.File(t, "v1.36.3", "index")
 	var wants atomic.Pointer[map[string][]string]
 	c := openAPIController(t, pki, map[string]string{"a": up.addr()}, &wants, nil)
 	poll(t, 10*time.Second, "the index", func() bool { return c.openAPIIndexOf("a") != nil })
 	idx := c.openAPIIndexOf("a")
-	if len(idx.Keys) != 48 || idx.Keys[keyApps] != sha512Hex(captured(t, "v1.36.3", capturedKeys[keyApps])) {
+	if len(idx.Keys) != 48 || idx.Keys[keyApps] != sha512Hex(openapitest.File(t, "v1.36.3", capturedKeys[keyApps])) {
 		t.Fatalf("index: %d keys, apps/v1 hash %.16s…", len(idx.Keys), idx.Keys[keyApps])
 	}
 	syncOnce(t, c)
@@ -166,7 +167,7 @@ func TestOpenAPIDocsAsWanted(t *testing.T) {
 	if d := heldDoc(c, "old", keyApps); d.Hash != sha512Hex(d.JSON) || d.Hash == heldDoc(c, "a", keyApps).Hash {
 		t.Errorf("old holds %.16s… for a body hashing to %.16s…", d.Hash, sha512Hex(d.JSON))
 	}
-	wantBytes := len(captured(t, "v1.36.3", capturedKeys[keyApps])) + len(captured(t, "v1.35.4", capturedKeys[keyApps]))
+	wantBytes := len(openapitest.File(t, "v1.36.3", capturedKeys[keyApps])) + len(openapitest.File(t, "v1.35.4", capturedKeys[keyApps]))
 	if got := testutil.ToFloat64(c.metrics.openapiHeldBytes); got != float64(wantBytes) {
 		t.Errorf("held bytes %v, want %d (each hash once)", got, wantBytes)
 	}
@@ -199,7 +200,7 @@ func TestOpenAPIDocsAsWanted(t *testing.T) {
 		a.setDocs(capturedDocs(t, "v1.35.4", keys...))
 		defer a.setDocs(capturedDocs(t, "v1.36.3", keys...))
 		c.refetch("a")
-		older := sha512Hex(captured(t, "v1.35.4", capturedKeys[keyApps]))
+		older := sha512Hex(openapitest.File(t, "v1.35.4", capturedKeys[keyApps]))
 		poll(t, 10*time.Second, "a holding its new apps/v1", func() bool { d := heldDoc(c, "a", keyApps); return d != nil && d.Hash == older })
 		if heldDoc(c, "a", keyApps) != heldDoc(c, "old", keyApps) {
 			t.Error("a fetched a document old holds under the same hash")
@@ -241,7 +242,7 @@ func TestOpenAPIDocsAsWanted(t *testing.T) {
 			}
 		}
 		poll(t, 10*time.Second, "a holding admissionregistration/v1", func() bool { return heldDoc(c, "a", keyAdmission) != nil })
-		if got, want := testutil.ToFloat64(c.metrics.openapiHeldBytes), len(captured(t, "v1.36.3", capturedKeys[keyAdmission])); got != float64(want) {
+		if got, want := testutil.ToFloat64(c.metrics.openapiHeldBytes), len(openapitest.File(t, "v1.36.3", capturedKeys[keyAdmission])); got != float64(want) {
 			t.Errorf("held bytes %v, want %d", got, want)
 		}
 		want(nil)

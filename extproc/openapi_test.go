@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"github.com/skewgate/skewgate/internal/openapitest"
 	"net/url"
 	"strconv"
 	"strings"
@@ -222,7 +223,7 @@ func servedFacts(t testing.TB) []discovery.UpstreamFacts {
 		name, version string
 		apis          *discovery.Document
 	}{{"old", "v1.35.4", old}, {"new", "v1.36.3", neu}} {
-		spec := specOf(capturedOpenAPI(t, u.version, keyAdmission), time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC))
+		spec := specOf(openapitest.Doc(t, u.version, keyAdmission), time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC))
 		facts = append(facts, discovery.UpstreamFacts{
 			Upstream: discovery.Upstream{Name: u.name, Ready: true, Version: u.version}, API: core, APIs: u.apis,
 			OpenAPI:     &discovery.OpenAPIIndex{Keys: map[string]string{"api/v1": "C", keyAdmission: spec.Hash}, Hash: u.name},

@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"github.com/skewgate/skewgate/internal/openapitest"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -55,7 +56,7 @@ func waitJoined(t *testing.T, f *frontOpenAPI, hash string, n int) {
 // rendering, within the cache's cap and past it; past it the rendering is not kept (the next request
 // renders again) and nothing stays behind.
 func TestOpenAPIProtobufSingleFlight(t *testing.T) {
-	spec := specOf(capturedOpenAPI(t, "v1.36.3", "apis/apps/v1"), time.Now())
+	spec := specOf(openapitest.Doc(t, "v1.36.3", "apis/apps/v1"), time.Now())
 	const n = 16
 	for _, c := range []struct {
 		name     string
@@ -218,7 +219,7 @@ func TestOpenAPINewVersionJoinsRenderingInFlight(t *testing.T) {
 // BenchmarkOpenAPIProtobufRender: one protobuf rendering of the largest captured document (api/v1),
 // what a request waits for when it asks for a document not rendered yet.
 func BenchmarkOpenAPIProtobufRender(b *testing.B) {
-	spec := specOf(capturedOpenAPI(b, "v1.36.3", "api/v1"), time.Now())
+	spec := specOf(openapitest.Doc(b, "v1.36.3", "api/v1"), time.Now())
 	b.ReportAllocs()
 	for b.Loop() {
 		f := newFrontOpenAPI(nil)

@@ -2,10 +2,10 @@ package extproc
 
 import (
 	"bytes"
-	"compress/gzip"
 	"crypto/sha512"
 	"encoding/json"
 	"fmt"
+	"github.com/skewgate/skewgate/internal/openapitest"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -25,25 +25,6 @@ import (
 
 	"github.com/skewgate/skewgate/discovery"
 )
-
-// capturedOpenAPI reads a document captured from a testbed apiserver (discovery/testdata/openapi).
-func capturedOpenAPI(t testing.TB, version, key string) []byte {
-	t.Helper()
-	f, err := os.Open(filepath.Join("..", "discovery", "testdata", "openapi", version, strings.ReplaceAll(key, "/", "_")+".json.gz"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	z, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := io.ReadAll(z)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
 
 // specOf is a served document as the Topology holds one: its hash is handler3's computeETag.
 func specOf(data []byte, built time.Time) *discovery.OpenAPISpec {
@@ -198,7 +179,7 @@ const acceptProto = "application/com.github.proto-openapi.spec.v3.v1.0+protobuf"
 // the captured v1.35.4 and v1.36.3 admissionregistration.k8s.io/v1.
 func TestOpenAPIDocumentLikeHandler3(t *testing.T) {
 	t.Run("captured", func(t *testing.T) {
-		data := capturedOpenAPI(t, "v1.36.3", "apis/apps/v1")
+		data := openapitest.Doc(t, "v1.36.3", "apis/apps/v1")
 		differential(t, "apis/apps/v1", specOf(data, time.Now().Add(-time.Hour).Truncate(time.Second)))
 	})
 	t.Run("merged", func(t *testing.T) {
@@ -305,7 +286,7 @@ func differential(t *testing.T, key string, spec *discovery.OpenAPISpec) {
 
 // TestOpenAPIIndexLikeHandler3: the front's index is answered as handler3's HandleDiscovery answers.
 func TestOpenAPIIndexLikeHandler3(t *testing.T) {
-	srv, _ := handler3Server(t, "apis/apps/v1", capturedOpenAPI(t, "v1.36.3", "apis/apps/v1"))
+	srv, _ := handler3Server(t, "apis/apps/v1", openapitest.Doc(t, "v1.36.3", "apis/apps/v1"))
 	first, err := http.Get(srv.URL + "/openapi/v3")
 	if err != nil {
 		t.Fatal(err)
@@ -341,7 +322,7 @@ func TestOpenAPIIndexLikeHandler3(t *testing.T) {
 // TestOpenAPIProtobufCacheBounded: any number of Accept spellings share one protobuf rendering per
 // document, and the renderings never exceed the byte cap.
 func TestOpenAPIProtobufCacheBounded(t *testing.T) {
-	data := capturedOpenAPI(t, "v1.36.3", "apis/apps/v1")
+	data := openapitest.Doc(t, "v1.36.3", "apis/apps/v1")
 	spec := specOf(data, time.Now())
 	f := newFrontOpenAPI(nil)
 	for i := 0; i < 200; i++ {
@@ -371,7 +352,7 @@ func TestOpenAPIProtobufCacheBounded(t *testing.T) {
 // values but for the times. The captured bytes are the apiserver's, so even the hash is the same.
 func TestOpenAPIAnswersLikeTheTestbed(t *testing.T) {
 	const key = "apis/apps/v1"
-	spec := specOf(capturedOpenAPI(t, "v1.36.3", key), time.Now().Truncate(time.Second))
+	spec := specOf(openapitest.Doc(t, "v1.36.3", key), time.Now().Truncate(time.Second))
 	raw, err := os.ReadFile(filepath.Join("..", "discovery", "testdata", "openapi", "headers.txt"))
 	if err != nil {
 		t.Fatal(err)
@@ -439,7 +420,7 @@ func TestOpenAPIAnswersLikeTheTestbed(t *testing.T) {
 // BenchmarkOpenAPIDocument: the per-request cost of answering a merged document (the largest
 // captured one, api/v1): the full answer in JSON and in protobuf (rendered once), and the 304.
 func BenchmarkOpenAPIDocument(b *testing.B) {
-	spec := specOf(capturedOpenAPI(b, "v1.36.3", "api/v1"), time.Now())
+	spec := specOf(openapitest.Doc(b, "v1.36.3", "api/v1"), time.Now())
 	f := newFrontOpenAPI(nil)
 	for _, c := range []struct {
 		name string

@@ -5,7 +5,7 @@ import (
 	"crypto/sha512"
 	"encoding/json"
 	"fmt"
-	"io"
+	"github.com/skewgate/skewgate/internal/openapitest"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -184,7 +184,7 @@ func servedTopology(t testing.TB) *discovery.Topology {
 	var facts []discovery.UpstreamFacts
 	const key = "apis/admissionregistration.k8s.io/v1"
 	for i, u := range []struct{ name, version, apis string }{{"old", "v1.35.4", "v1.35"}, {"new", "v1.36.3", "v1.36"}} {
-		data := capturedDoc(t, u.version, key)
+		data := openapitest.Doc(t, u.version, key)
 		spec := &discovery.OpenAPISpec{JSON: data, Hash: fmt.Sprintf("%X", sha512.Sum512(data))}
 		apis := readDoc(t, "apis-"+u.apis)
 		if u.name == "new" {
@@ -202,25 +202,6 @@ func servedTopology(t testing.TB) *discovery.Topology {
 		t.Fatalf("%+v, want served (merged)", d)
 	}
 	return top
-}
-
-// capturedDoc reads a document a testbed apiserver served (discovery/testdata/openapi).
-func capturedDoc(t testing.TB, version, key string) []byte {
-	t.Helper()
-	f, err := os.Open(filepath.Join("..", "discovery", "testdata", "openapi", version, strings.ReplaceAll(key, "/", "_")+".json.gz"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	z, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := io.ReadAll(z)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
 }
 
 // withoutResource returns a copy of d without the resource in any group.
