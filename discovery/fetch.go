@@ -58,9 +58,10 @@ func errorType(err error) string {
 
 // fetcher talks to one upstream.
 type fetcher struct {
-	client   *http.Client
-	base     string
-	maxBytes int64
+	client     *http.Client
+	noRedirect *http.Client // client, but a redirect is the answer
+	base       string
+	maxBytes   int64
 }
 
 // ServerName is the name every apiserver serving certificate carries (kubeadm: GetAPIServerAltNames
@@ -83,10 +84,18 @@ func newFetcher(base *rest.Config, addr string, maxBytes int64) (*fetcher, error
 	if err != nil {
 		return nil, err
 	}
-	return &fetcher{client: client, base: cfg.Host, maxBytes: maxBytes}, nil
+	// OpenAPI documents are fetched without following redirects: a 301 for a document means the
+	// index moved, and following it would fetch a document under a hash nobody checked.
+	noRedirect := *client
+	noRedirect.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return &fetcher{client: client, noRedirect: &noRedirect, base: cfg.Host, maxBytes: maxBytes}, nil
 }
 
 func (f *fetcher) get(ctx context.Context, path string, header http.Header) (*http.Response, error) {
+	return f.getWith(ctx, f.client, path, header)
+}
+
+func (f *fetcher) getWith(ctx context.Context, client *http.Client, path string, header http.Header) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, f.base+path, nil)
 	if err != nil {
 		return nil, err
@@ -94,7 +103,7 @@ func (f *fetcher) get(ctx context.Context, path string, header http.Header) (*ht
 	for k, v := range header {
 		req.Header[k] = v
 	}
-	resp, err := f.client.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return nil, &FetchError{Type: ErrConnect, Err: err}
 	}
@@ -103,15 +112,33 @@ func (f *fetcher) get(ctx context.Context, path string, header http.Header) (*ht
 
 // readBody reads at most maxBytes; a larger body is an error, never a truncated document.
 func (f *fetcher) readBody(resp *http.Response) ([]byte, error) {
-	data, err := io.ReadAll(io.LimitReader(resp.Body, f.maxBytes+1))
+	data, err := readLimited(resp, f.maxBytes)
+	if errors.Is(err, errTooLong) {
+		return nil, fetchErr(ErrTooLarge, "body larger than %d bytes", f.maxBytes)
+	}
+	return data, err
+}
+
+// readLimited reads at most limit bytes; more is errTooLong (the body is not read further).
+func readLimited(resp *http.Response, limit int64) ([]byte, error) {
+	if resp.ContentLength > limit {
+		return nil, errTooLong
+	}
+	data, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	if err != nil {
 		return nil, &FetchError{Type: ErrConnect, Err: err}
 	}
-	if int64(len(data)) > f.maxBytes {
-		return nil, fetchErr(ErrTooLarge, "body larger than %d bytes", f.maxBytes)
+	if int64(len(data)) > limit {
+		return nil, errTooLong
 	}
 	return data, nil
 }
+
+var errTooLong = errors.New("body too long")
+
+// drain reads what is left of a body the fetch does not use (at most 64 KiB), so the connection can
+// be reused.
+func drain(resp *http.Response) { _, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) }
 
 // ready probes /readyz.
 func (f *fetcher) ready(ctx context.Context) error {
@@ -120,7 +147,7 @@ func (f *fetcher) ready(ctx context.Context) error {
 		return err
 	}
 	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	drain(resp)
 	if resp.StatusCode != http.StatusOK {
 		return fetchErr(ErrStatus, "/readyz: %s", resp.Status)
 	}
@@ -169,7 +196,7 @@ func (f *fetcher) document(ctx context.Context, path string, prev *Document, eta
 		return prev, etag, nil
 	}
 	if resp.StatusCode != http.StatusOK {
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		drain(resp)
 		return nil, "", fetchErr(ErrStatus, "%s: %s", path, resp.Status)
 	}
 	if err := checkDiscoveryContentType(resp.Header.Get("Content-Type")); err != nil {

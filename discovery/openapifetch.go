@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -37,45 +36,9 @@ const (
 // errOverBudget: holding the document would exceed Config.MaxOpenAPIBytes.
 var errOverBudget = errors.New("the OpenAPI documents held would exceed the memory budget (MaxOpenAPIBytes)")
 
-// noRedirect is the upstream's client without following redirects: a 301 for a document means the
-// index moved, and following it would fetch a document under a hash nobody checked.
-func (f *fetcher) noRedirect() *http.Client {
-	c := *f.client
-	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	return &c
-}
-
 func (f *fetcher) getOpenAPI(ctx context.Context, path string) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, f.base+path, nil)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Accept", "application/json")
-	resp, err := f.noRedirect().Do(req)
-	if err != nil {
-		return nil, &FetchError{Type: ErrConnect, Err: err}
-	}
-	return resp, nil
+	return f.getWith(ctx, f.noRedirect, path, http.Header{"Accept": {"application/json"}})
 }
-
-// readLimited reads at most limit bytes; more is errTooLong (the body is not read further).
-func readLimited(resp *http.Response, limit int64) ([]byte, error) {
-	if resp.ContentLength > limit {
-		return nil, errTooLong
-	}
-	data, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
-	if err != nil {
-		return nil, &FetchError{Type: ErrConnect, Err: err}
-	}
-	if int64(len(data)) > limit {
-		return nil, errTooLong
-	}
-	return data, nil
-}
-
-var errTooLong = errors.New("body too long")
-
-func drain(resp *http.Response) { _, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) }
 
 // openAPIIndex fetches /openapi/v3. When the body is the one prev was parsed from, it returns prev
 // itself (the same pointer: nothing changed). An upstream that answers 404 serves no OpenAPI v3 (the
