@@ -41,26 +41,14 @@ func schemaSet(ups []Upstream, keys int) (members []string, all bool) {
 }
 
 // newest returns the names of the upstreams of the highest version; an unparsable version is the
-// lowest.
+// lowest (compareVersions).
 func newest(ups []Upstream) []string {
 	var best *utilversion.Version
 	var out []string
 	for _, u := range ups {
 		v, _ := utilversion.ParseGeneric(u.Version)
-		c := 0
-		switch {
-		case len(out) == 0:
-			c = 1
-		case v == nil && best == nil:
-		case v == nil:
-			c = -1
-		case best == nil, best.LessThan(v):
-			c = 1
-		case v.LessThan(best):
-			c = -1
-		}
-		switch {
-		case c > 0:
+		switch c := compareVersions(v, best); {
+		case len(out) == 0 || c < 0:
 			best, out = v, []string{u.Name}
 		case c == 0:
 			out = append(out, u.Name)
