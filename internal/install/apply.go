@@ -133,7 +133,7 @@ func inspect(plan *Plan) (*tree, error) {
 		if int(st.Uid) != os.Geteuid() {
 			return t, fmt.Errorf("%s belongs to uid %d, not to the user running this command (uid %d): remove it or chown it first", d.Path, st.Uid, os.Geteuid())
 		}
-		if st.Mode&0o7777 != uint32(d.Mode.Perm()) {
+		if uint32(st.Mode)&0o7777 != uint32(d.Mode.Perm()) {
 			s.action = "chmod"
 		}
 	}

@@ -56,14 +56,17 @@ func openDir(dirfd int, name, path string, follow bool) (fd int, err error) {
 func notPlain(dirfd int, name, path, want string, cause error) error {
 	var st unix.Stat_t
 	if err := unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		if cause == nil {
+			cause = err
+		}
 		return fmt.Errorf("%s: %w", path, cause)
 	}
-	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+	if uint32(st.Mode)&unix.S_IFMT == unix.S_IFLNK {
 		buf := make([]byte, unix.PathMax)
 		n, _ := unix.Readlinkat(dirfd, name, buf)
 		return fmt.Errorf("refusing %s: it is a symbolic link (to %q), and the install writes only through a real %s of its own: remove the link", path, buf[:max(n, 0)], want)
 	}
-	return fmt.Errorf("refusing %s: it exists and is not a %s (%s): remove it", path, want, fileType(st.Mode))
+	return fmt.Errorf("refusing %s: it exists and is not a %s (%s): remove it", path, want, fileType(uint32(st.Mode)))
 }
 
 func fileType(mode uint32) string {
@@ -91,7 +94,7 @@ func openRegular(dirfd int, name, path string) (*os.File, *unix.Stat_t, error) {
 	} else if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", path, err)
 	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+	if uint32(st.Mode)&unix.S_IFMT != unix.S_IFREG {
 		return nil, nil, notPlain(dirfd, name, path, "regular file", nil)
 	}
 	// O_NONBLOCK: should a named pipe replace the file after the check, opening it does not hang.
@@ -100,7 +103,7 @@ func openRegular(dirfd int, name, path string) (*os.File, *unix.Stat_t, error) {
 		return nil, nil, notPlain(dirfd, name, path, "regular file", err)
 	}
 	var got unix.Stat_t
-	if err := unix.Fstat(fd, &got); err != nil || got.Mode&unix.S_IFMT != unix.S_IFREG || idOf(&got) != idOf(&st) {
+	if err := unix.Fstat(fd, &got); err != nil || uint32(got.Mode)&unix.S_IFMT != unix.S_IFREG || idOf(&got) != idOf(&st) {
 		unix.Close(fd)
 		return nil, nil, fmt.Errorf("refusing %s: it was replaced while it was inspected", path)
 	}
@@ -128,7 +131,7 @@ func inspectFile(dirfd int, name, path string, want []byte, mode os.FileMode) (a
 	if !bytes.Equal(got, want) {
 		return "update", id, nil
 	}
-	if st.Mode&0o7777 != uint32(mode.Perm()) {
+	if uint32(st.Mode)&0o7777 != uint32(mode.Perm()) {
 		return "chmod", id, nil
 	}
 	return "unchanged", id, nil
@@ -144,7 +147,7 @@ func checkTemp(dirfd int, name, path string) error {
 		return nil
 	case err != nil:
 		return fmt.Errorf("%s: %w", path, err)
-	case st.Mode&unix.S_IFMT != unix.S_IFREG:
+	case uint32(st.Mode)&unix.S_IFMT != unix.S_IFREG:
 		return notPlain(dirfd, name, path, "regular file", nil)
 	}
 	return nil
