@@ -1,7 +1,11 @@
 package install
 
 import (
+	"crypto/rand"
 	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
@@ -146,5 +150,34 @@ func TestClientCertificateLifetimeIsCapped(t *testing.T) {
 				t.Error("a rerun a minute later issued another certificate")
 			}
 		})
+	}
+}
+
+// An apiserver.crt issued by an intermediate CA, the intermediate following the leaf in the file (as
+// kubeadm reads a chain, pkiutil.TryLoadCertChainFromDisk), verifies against ca.crt.
+func TestServingCertificateWithIntermediate(t *testing.T) {
+	n := newNode(t)
+	key := newKey(t, false)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(3), Subject: pkix.Name{CommonName: "intermediate"}, NotBefore: caNotBefore, NotAfter: caNotAfter,
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature, BasicConstraintsValid: true, IsCA: true}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, n.ca, key.Public(), n.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	intermediate, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, _ := n.writeLeaf(t, "apiserver", leaf{notBefore: caNotBefore, notAfter: testNow.Add(year),
+		usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, parent: intermediate, signer: key})
+	chain := append(certPEM, pem.EncodeToMemory(&pem.Block{Type: certutil.CertificateBlockType, Bytes: der})...)
+	write(t, filepath.Join(n.root, "pki", "apiserver.crt"), chain, 0o644)
+	if _, err := Render(n.options()); err != nil {
+		t.Errorf("a chain through an intermediate of ca.crt: %v", err)
+	}
+	// Without the intermediate it does not verify.
+	write(t, filepath.Join(n.root, "pki", "apiserver.crt"), certPEM, 0o644)
+	if _, err := Render(n.options()); err == nil || !strings.Contains(err.Error(), "signed by unknown authority") {
+		t.Errorf("a leaf of an intermediate not in the file: %v", err)
 	}
 }
