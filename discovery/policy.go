@@ -66,7 +66,7 @@ const (
 	RejectNotAllowed = "not_allowed"
 )
 
-var errNotAllowed = errors.New("address is not in --upstream-cidrs, not a static upstream and not a default/kubernetes endpoint")
+var errNotAllowed = errors.New("address is not in an --allowed-cidr, not a --static-upstream and not a default/kubernetes endpoint")
 
 // maxAnnotationLen bounds what we even try to parse.
 const maxAnnotationLen = 64

@@ -5,11 +5,15 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/pem"
+	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/client-go/util/keyutil"
@@ -24,18 +28,36 @@ func kubeadmNode(t *testing.T) (root string, flags []string) {
 	if err := os.MkdirAll(pki, 0o700); err != nil {
 		t.Fatal(err)
 	}
+	// The two CAs, and each leaf issued by its CA for the usage kubeadm gives it (the install
+	// verifies both).
 	files := map[string][]byte{}
-	for _, name := range []string{"ca", "apiserver", "front-proxy-client"} {
+	issuers := map[string]*x509.Certificate{}
+	keys := map[string]*ecdsa.PrivateKey{}
+	for _, c := range []struct {
+		name, ca string
+		usage    x509.ExtKeyUsage
+	}{{"ca", "", 0}, {"front-proxy-ca", "", 0}, {"apiserver", "ca", x509.ExtKeyUsageServerAuth}, {"front-proxy-client", "front-proxy-ca", x509.ExtKeyUsageClientAuth}} {
 		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 		if err != nil {
 			t.Fatal(err)
 		}
-		crt, err := certutil.NewSelfSignedCACert(certutil.Config{CommonName: name}, key)
+		var crt *x509.Certificate
+		if c.ca == "" {
+			crt, err = certutil.NewSelfSignedCACert(certutil.Config{CommonName: c.name}, key)
+		} else {
+			tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: c.name}, NotBefore: time.Now().Add(-time.Hour),
+				NotAfter: time.Now().Add(365 * 24 * time.Hour), KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{c.usage}}
+			var der []byte
+			if der, err = x509.CreateCertificate(rand.Reader, tmpl, issuers[c.ca], &key.PublicKey, keys[c.ca]); err == nil {
+				crt, err = x509.ParseCertificate(der)
+			}
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		files[name+".crt"] = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: crt.Raw})
-		files[name+".key"], _ = keyutil.MarshalPrivateKeyToPEM(key)
+		issuers[c.name], keys[c.name] = crt, key
+		files[c.name+".crt"] = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: crt.Raw})
+		files[c.name+".key"], _ = keyutil.MarshalPrivateKeyToPEM(key)
 	}
 	for name, b := range files {
 		if err := os.WriteFile(filepath.Join(pki, name), b, 0o600); err != nil {

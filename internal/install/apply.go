@@ -1,13 +1,12 @@
 package install
 
 import (
-	"bytes"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
-	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // Change is what Apply did (or, in a dry run, would do) to one path.
@@ -20,124 +19,200 @@ type Change struct {
 // content or mode differs is replaced by a rename in its directory (the kubelet and Envoy never read
 // a half-written file). Files that are already right are not touched. With dryRun nothing is
 // written; every change is printed to w with its content, private keys redacted.
+//
+// Everything is inspected before anything is written, so a refusal (a symlink or another user's
+// directory where the install writes, see nofollow.go) changes nothing, in a dry run or not.
 func Apply(plan *Plan, dryRun bool, w io.Writer) ([]Change, error) {
-	if err := checkOwners(plan.Dirs); err != nil {
+	t, err := inspect(plan)
+	defer t.close()
+	if err != nil {
 		return nil, err
 	}
 	var changes []Change
-	for _, d := range plan.Dirs {
-		action := "unchanged"
-		st, err := os.Stat(d.Path)
-		switch {
-		case os.IsNotExist(err):
-			action = "create"
-		case err != nil:
-			return changes, err
-		case !st.IsDir():
-			return changes, fmt.Errorf("%s exists and is not a directory", d.Path)
-		case st.Mode().Perm() != d.Mode && !d.Foreign:
-			action = "chmod"
-		}
-		changes = append(changes, Change{d.Path + "/", action})
-		if dryRun {
-			if action != "unchanged" {
-				fmt.Fprintf(w, "# would %s directory %s (%04o)\n", action, d.Path, d.Mode)
-			}
-			continue
-		}
-		if err := os.MkdirAll(d.Path, d.Mode); err != nil {
-			return changes, err
-		}
-		if action != "unchanged" {
-			if err := os.Chmod(d.Path, d.Mode); err != nil {
-				return changes, err
-			}
+	for _, d := range t.dirs {
+		changes = append(changes, Change{d.Path + "/", d.action})
+		if dryRun && d.action != "unchanged" {
+			fmt.Fprintf(w, "# would %s directory %s (%04o)\n", d.action, d.Path, d.Mode)
 		}
 	}
-	for _, f := range plan.Files {
-		action := "unchanged"
-		old, err := os.ReadFile(f.Path)
-		switch {
-		case os.IsNotExist(err):
-			action = "create"
-		case err != nil:
-			return changes, err
-		case !bytes.Equal(old, f.Data):
-			action = "update"
-		default:
-			if st, err := os.Stat(f.Path); err != nil {
-				return changes, err
-			} else if st.Mode().Perm() != f.Mode {
-				action = "chmod"
-			}
-		}
-		changes = append(changes, Change{f.Path, action})
-		if action == "unchanged" {
-			continue
-		}
-		if dryRun {
+	for _, f := range t.files {
+		changes = append(changes, Change{f.Path, f.action})
+		if dryRun && f.action != "unchanged" {
 			data := f.Data
 			if f.Secret {
 				data = redact(data)
 			}
-			fmt.Fprintf(w, "# would %s %s (%04o)\n%s", action, f.Path, f.Mode, data)
+			fmt.Fprintf(w, "# would %s %s (%04o)\n%s", f.action, f.Path, f.Mode, data)
 			if len(data) > 0 && data[len(data)-1] != '\n' {
 				fmt.Fprintln(w)
 			}
+		}
+	}
+	if dryRun {
+		return changes, nil
+	}
+	return changes, t.write()
+}
+
+// dirState is a planned directory as inspect found it.
+type dirState struct {
+	Dir
+	// parent is the index of the planned directory it is in, -1 for a top directory (whose own
+	// parents are the operator's); name is its name there, or its path for a top directory.
+	parent int
+	name   string
+	fd     int // open until Apply returns; -1 while it does not exist
+	action string
+}
+
+type fileState struct {
+	File
+	dir    int // index of its directory
+	name   string
+	id     fileID // of the existing file
+	action string
+}
+
+type tree struct {
+	dirs  []*dirState
+	files []*fileState
+}
+
+func (t *tree) close() {
+	for _, d := range t.dirs {
+		if d.fd >= 0 {
+			unix.Close(d.fd)
+		}
+	}
+}
+
+// dirfd is where d is opened or made: its parent's descriptor, or the working directory for a top
+// directory's absolute path. ok is false when the parent does not exist yet.
+func (t *tree) dirfd(d *dirState) (fd int, ok bool) {
+	if d.parent < 0 {
+		return unix.AT_FDCWD, true
+	}
+	p := t.dirs[d.parent]
+	return p.fd, p.fd >= 0
+}
+
+// inspect opens every planned directory and reads every planned file without following a symlink
+// and decides each action. It writes nothing.
+func inspect(plan *Plan) (*tree, error) {
+	t := &tree{}
+	for _, d := range plan.Dirs {
+		s := &dirState{Dir: d, parent: -1, name: d.Path, fd: -1, action: "create"}
+		for i, p := range t.dirs {
+			if filepath.Dir(d.Path) == p.Path {
+				s.parent, s.name = i, filepath.Base(d.Path)
+			}
+		}
+		t.dirs = append(t.dirs, s)
+		dirfd, ok := t.dirfd(s)
+		if !ok {
 			continue
 		}
-		if action == "chmod" {
-			err = os.Chmod(f.Path, f.Mode)
-		} else {
-			err = writeAtomic(f.Path, f.Data, f.Mode)
+		fd, err := openDir(dirfd, s.name, d.Path, d.Foreign && s.parent < 0)
+		if err != nil || fd < 0 {
+			if err != nil {
+				return t, err
+			}
+			continue
 		}
-		if err != nil {
-			return changes, err
+		s.fd = fd
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			return t, fmt.Errorf("%s: %w", d.Path, err)
 		}
-	}
-	return changes, nil
-}
-
-func writeAtomic(path string, data []byte, mode fs.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	// Chmod before writing: a key is never readable by others, not even while it is written.
-	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
-		return err
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
-}
-
-// checkOwners refuses, before anything is written, a directory of ours that exists and belongs to
-// another user than the one running the command (root on a node): whoever owns the socket or
-// config directory could replace the sockets or the files the pods read.
-func checkOwners(dirs []Dir) error {
-	for _, d := range dirs {
+		s.action = "unchanged"
 		if d.Foreign {
 			continue
 		}
-		st, err := os.Stat(d.Path)
-		if err != nil {
-			continue // absent: created below; other errors are reported there
+		// Whoever owns the socket or config directory could replace the sockets or the files the
+		// pods read.
+		if int(st.Uid) != os.Geteuid() {
+			return t, fmt.Errorf("%s belongs to uid %d, not to the user running this command (uid %d): remove it or chown it first", d.Path, st.Uid, os.Geteuid())
 		}
-		if sys, ok := st.Sys().(*syscall.Stat_t); ok && int(sys.Uid) != os.Geteuid() {
-			return fmt.Errorf("%s belongs to uid %d, not to the user running this command (uid %d): remove it or chown it first", d.Path, sys.Uid, os.Geteuid())
+		if uint32(st.Mode)&0o7777 != uint32(d.Mode.Perm()) {
+			s.action = "chmod"
+		}
+	}
+	for _, f := range plan.Files {
+		s := &fileState{File: f, dir: -1, name: filepath.Base(f.Path), action: "create"}
+		for i, d := range t.dirs {
+			if d.Path == filepath.Dir(f.Path) {
+				s.dir = i
+			}
+		}
+		if s.dir < 0 {
+			return t, fmt.Errorf("%s is in no directory of the plan", f.Path)
+		}
+		t.files = append(t.files, s)
+		d := t.dirs[s.dir]
+		if d.fd < 0 {
+			continue
+		}
+		tmp := tempName(s.name)
+		if err := checkTemp(d.fd, tmp, filepath.Join(d.Path, tmp)); err != nil {
+			return t, err
+		}
+		var err error
+		if s.action, s.id, err = inspectFile(d.fd, s.name, f.Path, f.Data, f.Mode); err != nil {
+			return t, err
+		}
+	}
+	return t, nil
+}
+
+// write carries out the actions inspect decided, through the directories' descriptors.
+func (t *tree) write() error {
+	for _, d := range t.dirs {
+		if d.action == "create" {
+			if err := t.mkdir(d); err != nil {
+				return err
+			}
+		}
+		if d.action != "unchanged" {
+			if err := unix.Fchmod(d.fd, uint32(d.Mode.Perm())); err != nil {
+				return fmt.Errorf("%s: %w", d.Path, err)
+			}
+		}
+	}
+	for _, f := range t.files {
+		d := t.dirs[f.dir]
+		var err error
+		switch f.action {
+		case "chmod":
+			err = chmodAt(d.fd, f.name, f.Path, f.id, f.Mode)
+		case "create", "update":
+			err = writeAt(d.fd, f.name, f.Path, f.Data, f.Mode)
+		}
+		if err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// mkdir makes d, which did not exist, and opens it the way inspect would have. A top directory's
+// parents are made as well (the operator's part of the path, as os.MkdirAll would).
+func (t *tree) mkdir(d *dirState) error {
+	dirfd, ok := t.dirfd(d)
+	if !ok {
+		return fmt.Errorf("%s: its directory was not made", d.Path)
+	}
+	if d.parent < 0 {
+		if err := os.MkdirAll(filepath.Dir(d.Path), d.Mode); err != nil {
+			return err
+		}
+	}
+	if err := unix.Mkdirat(dirfd, d.name, uint32(d.Mode.Perm())); err != nil {
+		return fmt.Errorf("creating %s: %w", d.Path, err)
+	}
+	fd, err := openDir(dirfd, d.name, d.Path, d.Foreign && d.parent < 0)
+	if err == nil && fd < 0 {
+		err = fmt.Errorf("%s: gone right after it was made", d.Path)
+	}
+	d.fd = fd
+	return err
 }

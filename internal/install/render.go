@@ -60,15 +60,16 @@ func Render(o Options) (*Plan, error) {
 		return nil, err
 	}
 	p := o.paths()
-	node, err := readNodeFiles(o.PKIDir)
+	now := o.Now()
+	node, err := readNodeFiles(o.PKIDir, now)
 	if err != nil {
 		return nil, err
 	}
-	ca, err := readCA(o.PKIDir)
+	ca, err := readCA(o.PKIDir, now)
 	if err != nil {
 		return nil, err
 	}
-	certPEM, keyPEM, issued, err := ca.clientCert(p.certFile, p.keyFile, o.Now(), node.servingExpiry)
+	certPEM, keyPEM, issued, err := ca.clientCert(o.ConfigDir, now, node.servingExpiry)
 	if err != nil {
 		return nil, err
 	}
@@ -121,6 +122,9 @@ func Render(o Options) (*Plan, error) {
 		{Path: p.proxyKey, Mode: 0o600, Data: node.proxyKey, Secret: true},
 		{Path: p.proxyCert, Mode: 0o644, Data: node.proxyCert},
 		{Path: p.bootstrap, Mode: 0o644, Data: append([]byte(header), by...)},
+	}
+	if len(sds) > 0 {
+		plan.Dirs = append(plan.Dirs, Dir{Path: bo.SDSDir, Mode: 0o700})
 	}
 	for _, name := range slices.Sorted(maps.Keys(sds)) {
 		plan.Files = append(plan.Files, File{Path: filepath.Join(bo.SDSDir, name), Mode: 0o644, Data: sds[name]})

@@ -229,6 +229,8 @@ func TestClientCertificateReissue(t *testing.T) {
 		{"expiring", pkix.Name{CommonName: User}, 10 * 24 * time.Hour, false, true},
 		{"older than kubeadm's renewal", pkix.Name{CommonName: User}, 300 * 24 * time.Hour, false, true},
 		{"another CA", pkix.Name{CommonName: User}, 364 * 24 * time.Hour, true, true},
+		// Issued by an older release, which took the lifetime from apiserver.crt.
+		{"longer than a year", pkix.Name{CommonName: User}, 5 * 365 * 24 * time.Hour, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := newNode(t)

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	certutil "k8s.io/client-go/util/cert"
 )
 
 // After kubeadm renews the node's serving certificate (in place, as `kubeadm certs renew` and
@@ -21,10 +23,14 @@ func TestRerunAfterKubeadmRenewal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// kubeadm renewed it 40 days after skewgate's certificate was issued.
-	_, keyPEM := n.nodeCert(t, "apiserver", testNow.Add(405*24*time.Hour))
+	// kubeadm renewed it 40 days after skewgate's certificate was issued, for a year, and the
+	// command runs again then.
+	later := testNow.Add(40 * 24 * time.Hour)
+	_, keyPEM := n.nodeCert(t, "apiserver", later.Add(certValidity))
+	o := n.options()
+	o.Now = func() time.Time { return later }
 
-	again, err := Render(n.options())
+	again, err := Render(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,6 +53,13 @@ func TestRerunAfterKubeadmRenewal(t *testing.T) {
 		"update " + filepath.Join(n.root, "manifests", "skewgate.yaml")}
 	if !slices.Equal(changed, want) {
 		t.Errorf("changes %v, want %v (keys first; Envoy's pod untouched)", changed, want)
+	}
+	crt, err := certutil.CertsFromFile(filepath.Join(sg, "skewgate.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := later.Add(certValidity); !crt[0].NotAfter.Equal(want) {
+		t.Errorf("the renewed certificate expires %v, want %v (a year from the renewal, with kubeadm's)", crt[0].NotAfter, want)
 	}
 	got, _ := os.ReadFile(copyKey)
 	after, _ := os.Stat(copyKey)

@@ -76,7 +76,7 @@ func installOn(t *testing.T, tb *testbed.Testbed, a testbed.Apiserver, allowedCI
 }
 
 // kubeadmNode lays out the testbed as the kubeadm control-plane node of apiserver a: its PKI under
-// kubeadm's file names (the testbed's cluster CA, a's serving certificate, the front-proxy client)
+// kubeadm's file names (the testbed's cluster CA, a's serving certificate, the front-proxy CA and client)
 // and a kube-apiserver static pod carrying kubeadm's advertise-address annotation.
 func kubeadmNode(t *testing.T, tb *testbed.Testbed, a testbed.Apiserver) (root string) {
 	t.Helper()
@@ -91,6 +91,7 @@ func kubeadmNode(t *testing.T, tb *testbed.Testbed, a testbed.Apiserver) (root s
 		"ca.crt": tb.PKI.CA.Cert, "ca.key": tb.PKI.CA.Key,
 		"apiserver.crt": a.Serving.Cert, "apiserver.key": a.Serving.Key,
 		"front-proxy-client.crt": tb.PKI.FrontProxyClient.Cert, "front-proxy-client.key": tb.PKI.FrontProxyClient.Key,
+		"front-proxy-ca.crt": tb.PKI.FrontProxyCA.Cert,
 	} {
 		b, err := os.ReadFile(src)
 		if err != nil {

@@ -1,0 +1,36 @@
+package discovery_test
+
+import (
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/spf13/pflag"
+
+	"github.com/skewgate/skewgate/discovery"
+	"github.com/skewgate/skewgate/internal/app"
+)
+
+// The policy's refusal tells the operator which flags allow an address: every flag it names is one
+// `skewgate serve` has (it once named --upstream-cidrs, which does not exist).
+func TestAddressRefusalNamesServeFlags(t *testing.T) {
+	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+	app.NewOptions().AddFlags(fs)
+	err := discovery.CheckAddress(discovery.AddressPolicy{}, "10.9.9.9:6443")
+	if err == nil {
+		t.Fatal("an address in no CIDR, of no static upstream, was allowed")
+	}
+	flags := regexp.MustCompile(`--[a-z][a-z0-9-]*`).FindAllString(err.Error(), -1)
+	if !slices.Contains(flags, "--allowed-cidr") {
+		t.Errorf("%q names %v, not --allowed-cidr", err, flags)
+	}
+	for _, f := range flags {
+		if fs.Lookup(strings.TrimPrefix(f, "--")) == nil {
+			t.Errorf("%q names %s, which skewgate serve does not have", err, f)
+		}
+	}
+	if !strings.HasPrefix(err.Error(), `address "10.9.9.9:6443": `) {
+		t.Errorf("%q does not name the refused address", err)
+	}
+}
