@@ -53,6 +53,7 @@ type Server struct {
 	frontOpenAPI   perTopology[*frontOpenAPI]
 	clusterNames   perTopology[*clusterNames]
 	identities     identityCache
+	slots          *slots // the front's answers in flight (frontlimit.go)
 }
 
 // NewServer returns a Server reading from src.
@@ -60,7 +61,7 @@ func NewServer(src TopologySource, log *zap.Logger, reg prometheus.Registerer, o
 	if log == nil {
 		log = zap.NewNop()
 	}
-	s := &Server{src: src, log: log.Named("extproc"), metrics: newMetrics(reg)}
+	s := &Server{src: src, log: log.Named("extproc"), metrics: newMetrics(reg), slots: newSlots(defaultSlots(), defaultSlotWait)}
 	for _, o := range opts {
 		o(s)
 	}
@@ -68,8 +69,9 @@ func NewServer(src TopologySource, log *zap.Logger, reg prometheus.Registerer, o
 }
 
 // Process serves one stream: one HTTP request. Envoy sends request_headers first (header-only
-// mode). For a discovery request the answer asks Envoy for the response headers too (mode_override);
-// the stream then holds the finished discovery answer, one pointer, until they arrive. Any other
+// mode). For a discovery or OpenAPI request the front answers itself, the answer asks Envoy for the
+// response headers too (mode_override); the stream then holds what the answer depends on (pending)
+// until they arrive, and builds the answer only if they show the request authorized. Any other
 // phase Envoy sends (a misconfigured processing mode) is answered with an empty response of the same
 // phase instead of hanging the request.
 func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
@@ -92,11 +94,12 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 			return err
 		}
 		var resp *extprocv3.ProcessingResponse
+		var release func() // the serving slot of a front answer, given back once it is sent
 		switch r := req.Request.(type) {
 		case *extprocv3.ProcessingRequest_RequestHeaders:
 			resp, p = s.requestHeaders(r.RequestHeaders, anonymous)
 		case *extprocv3.ProcessingRequest_ResponseHeaders:
-			resp = s.responseHeaders(r.ResponseHeaders, p)
+			resp, release = s.responseHeaders(stream.Context(), r.ResponseHeaders, p)
 			p = nil
 		case *extprocv3.ProcessingRequest_RequestBody:
 			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{}}}
@@ -109,7 +112,11 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 		default:
 			return status.Errorf(codes.InvalidArgument, "unknown ext_proc request %T", r)
 		}
-		if err := stream.Send(resp); err != nil {
+		err = stream.Send(resp)
+		if release != nil {
+			release()
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -158,9 +165,9 @@ func (r *headersRead) first(bit uint8, dst *string, v string) {
 	}
 }
 
-// requestHeaders decides for one request. For a discovery request the front serves itself it also
-// returns the finished answer to send once the upstream's response headers show the request is
-// authorized.
+// requestHeaders decides for one request. For a discovery or OpenAPI request the front serves
+// itself it also returns how to build the answer once the upstream's response headers show the
+// request is authorized (pending); it builds nothing.
 func (s *Server) requestHeaders(h *extprocv3.HttpHeaders, anonymous bool) (*extprocv3.ProcessingResponse, *pending) {
 	start := time.Now()
 	r := headersRead{anonymous: anonymous}
@@ -224,12 +231,13 @@ func (s *Server) decide(r *headersRead) (string, *extprocv3.ProcessingResponse, 
 		if t == nil {
 			return OutcomeUnsynced, s.continueWith(r, "", id), nil
 		}
-		if answer := s.discoveryFor(t).serve(r.method, r.path, r.accept, r.ifNoneMatch); answer != nil {
+		if plan := s.discoveryFor(t).plan(r.method, r.path); plan != nil {
 			// The apiserver decides whether this request may see discovery at all; the front only
-			// replaces a document it was allowed to see (responseHeaders).
+			// replaces a document it was allowed to see, built then (responseHeaders).
 			resp := s.continueWith(r, all, id)
 			resp.ModeOverride = discoveryMode
-			return OutcomeDiscovery, resp, &pending{resp: answer}
+			accept, ifNoneMatch := r.accept, r.ifNoneMatch
+			return OutcomeDiscovery, resp, &pending{answer: func() *extprocv3.ProcessingResponse { return plan.answer(accept, ifNoneMatch) }}
 		}
 		return OutcomePassthrough, s.continueWith(r, all, id), nil
 	case NonResource:
