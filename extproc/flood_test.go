@@ -84,7 +84,7 @@ func TestOpenAPIRangeFloodLeavesRoutingAlone(t *testing.T) {
 			ctx, stop := context.WithTimeout(context.Background(), floodFor)
 			defer stop()
 
-			var flooded, floodBad atomic.Int64
+			var flooded, floodBusy, floodBad atomic.Int64
 			var floodErr atomic.Value
 			var wg sync.WaitGroup
 			for range floodClients {
@@ -92,7 +92,12 @@ func TestOpenAPIRangeFloodLeavesRoutingAlone(t *testing.T) {
 				go func() {
 					defer wg.Done()
 					for ctx.Err() == nil {
-						if err := floodOnce(h.client, req, c.md, c.upstream); err != nil {
+						err := floodOnce(h.client, req, c.md, c.upstream)
+						if errors.Is(err, errBusy) {
+							floodBusy.Add(1)
+							continue
+						}
+						if err != nil {
 							if ctx.Err() == nil {
 								floodBad.Add(1)
 								floodErr.Store(err)
@@ -138,8 +143,8 @@ func TestOpenAPIRangeFloodLeavesRoutingAlone(t *testing.T) {
 				t.Fatal("no routing decision was asked for")
 			}
 			q := func(p float64) time.Duration { return lat[int(p*float64(len(lat)-1))] }
-			t.Logf("flood: %d streams answered in %v by %d clients (%.0f/s), %d bad; routing: %d decisions, p50 %v, p99 %v, max %v, %d failed",
-				flooded.Load(), floodFor, floodClients, float64(flooded.Load())/floodFor.Seconds(), floodBad.Load(),
+			t.Logf("flood: %d streams answered in %v by %d clients (%.0f/s), %d busy (503), %d bad; routing: %d decisions, p50 %v, p99 %v, max %v, %d failed",
+				flooded.Load(), floodFor, floodClients, float64(flooded.Load())/floodFor.Seconds(), floodBusy.Load(), floodBad.Load(),
 				len(lat), q(0.5), q(0.99), lat[len(lat)-1], len(failures))
 			if n := floodBad.Load(); n > 0 {
 				t.Errorf("%d flood streams failed, the last: %v", n, floodErr.Load())
@@ -153,6 +158,8 @@ func TestOpenAPIRangeFloodLeavesRoutingAlone(t *testing.T) {
 		})
 	}
 }
+
+var errBusy = errors.New("busy")
 
 // floodOnce is one OpenAPI index request as Envoy runs it: the request headers, and the upstream's
 // status if the answer asks for the response headers. A refused request must pass the apiserver's
@@ -189,6 +196,8 @@ func floodOnce(client extprocv3.ExternalProcessorClient, req *extprocv3.Processi
 	}
 	ir := last.GetImmediateResponse()
 	switch {
+	case upstream == "200" && ir.GetStatus().GetCode() == 503 && header(ir, "retry-after") != "":
+		return errBusy // no serving slot came free in time: the answer the slots promise
 	case upstream == "200" && (ir == nil || ir.GetStatus().GetCode() != 200):
 		return fmt.Errorf("authorized: want the front's whole index, got %v", last.GetImmediateResponse().GetStatus())
 	case upstream != "200" && ir != nil:

@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -130,6 +131,22 @@ func headerValue(h *corev3.HeaderValue) string {
 	return h.Value
 }
 
+// singleRange is a Range header's value if it names one range at most, else "": the front answers
+// several ranges with the whole document (openapiserve.go, httpRequest), so their value is neither
+// copied nor kept.
+func singleRange(h *corev3.HeaderValue) string {
+	if len(h.RawValue) > 0 {
+		if bytes.IndexByte(h.RawValue, ',') >= 0 {
+			return ""
+		}
+		return string(h.RawValue)
+	}
+	if strings.Contains(h.Value, ",") {
+		return ""
+	}
+	return h.Value
+}
+
 // headersRead is what the service reads from the request headers Envoy sends.
 type headersRead struct {
 	method, path, accept, ifNoneMatch, clientCert string
@@ -188,7 +205,7 @@ func (s *Server) requestHeaders(h *extprocv3.HttpHeaders, anonymous bool) (*extp
 		case k == "if-unmodified-since":
 			r.first(seenIfUnmodifiedSince, &r.ifUnmodifiedSince, headerValue(hv))
 		case k == "range":
-			r.first(seenRange, &r.rang, headerValue(hv))
+			r.first(seenRange, &r.rang, singleRange(hv))
 		case k == "if-range":
 			r.first(seenIfRange, &r.ifRang, headerValue(hv))
 		case k == "upgrade":
