@@ -319,10 +319,16 @@ func TestOpenAPIIndexLikeHandler3(t *testing.T) {
 	refHash, _ := strconv.Unquote(refDoc.etag)
 	idx := specOf([]byte(`{"paths":{"apis/apps/v1":{"serverRelativeURL":"/openapi/v3/apis/apps/v1?hash=AB"}}}`), time.Now().Add(-time.Minute).Truncate(time.Second))
 	f := newFrontOpenAPI(nil)
-	for _, c := range []struct{ ifNoneMatch, ifModifiedSince string }{{}, {ifNoneMatch: "own"}, {ifNoneMatch: `"x"`}, {ifModifiedSince: "own"}, {ifNoneMatch: "*"}} {
-		name := fmt.Sprintf("inm=%q ims=%q", c.ifNoneMatch, c.ifModifiedSince)
+	for _, c := range []struct{ ifNoneMatch, ifModifiedSince, rang string }{{}, {ifNoneMatch: "own"}, {ifNoneMatch: `"x"`}, {ifModifiedSince: "own"}, {ifNoneMatch: "*"},
+		{rang: "bytes=0-9"}, {rang: "bytes=99999999-"}, {rang: "bytes=0-9", ifNoneMatch: "own"},
+		// Several ranges: answered as handler3 answers without the Range (docs/openapi.md).
+		{rang: "bytes=0-1,5-6"}, {rang: manyRanges(30)}} {
+		name := fmt.Sprintf("inm=%q ims=%q range=%.40q", c.ifNoneMatch, c.ifModifiedSince, c.rang)
 		req, _ := http.NewRequest(http.MethodGet, srv.URL+"/openapi/v3", nil)
-		q := &openAPIRequest{}
+		q := &openAPIRequest{rang: c.rang}
+		if c.rang != "" && !strings.Contains(c.rang, ",") {
+			req.Header.Set("Range", c.rang)
+		}
 		if c.ifNoneMatch != "" {
 			req.Header.Set("If-None-Match", strings.ReplaceAll(c.ifNoneMatch, "own", refDoc.etag))
 			q.ifNoneMatch = strings.ReplaceAll(c.ifNoneMatch, "own", strconv.Quote(idx.Hash))
