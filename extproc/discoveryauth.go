@@ -78,8 +78,8 @@ func authorizedOpenAPIStatus(code int) bool {
 // no apiserver has authorized the request yet: an anonymous request costs the same whatever its
 // Accept, Range or conditional headers say.
 type pending struct {
-	// prepare, if set, runs first in the response phase, without a serving slot: it waits for work
-	// that is bounded on its own (a protobuf rendering, one at a time per document).
+	// prepare, if set, runs first in the response phase (answer after it), without a serving
+	// slot: it waits for work bounded on its own (a protobuf rendering, one at a time per document).
 	prepare func()
 	// answer builds the front's answer, holding a serving slot (frontlimit.go); nil: nothing the
 	// front answers (nothing acceptable, profile=nopeer), the apiserver's own answer passes.

@@ -62,8 +62,8 @@ func (s *Server) decideOpenAPI(r *headersRead, t *discovery.Topology, c Request,
 	if !ok {
 		return "", nil, nil, false
 	}
-	q := &openAPIRequest{query: query, accept: r.accept, ifNoneMatch: r.ifNoneMatch, ifModifiedSince: r.ifModifiedSince,
-		ifMatch: r.ifMatch, ifUnmodifiedSince: r.ifUnmodifiedSince, rang: r.rang, ifRang: r.ifRang}
+	// What the answer depends on is read in the response phase only (pending).
+	headers := r.answer
 	if index {
 		spec := t.OpenAPIIndex()
 		if spec == nil || r.method != http.MethodGet {
@@ -73,7 +73,9 @@ func (s *Server) decideOpenAPI(r *headersRead, t *discovery.Topology, c Request,
 		resp := s.continueWith(r, r.target(wire.AllCluster, anonymous), id)
 		resp.ModeOverride = discoveryMode
 		f := s.openAPIFor(t)
-		return OutcomeOpenAPI, resp, &pending{answer: func() *extprocv3.ProcessingResponse { return f.index(spec, q) }, openAPI: OpenAPIIndex}, true
+		return OutcomeOpenAPI, resp, &pending{answer: func() *extprocv3.ProcessingResponse {
+			return f.index(spec, headers.openAPIRequest(query))
+		}, openAPI: OpenAPIIndex}, true
 	}
 	d := t.DecideOpenAPI(key)
 	route := discovery.Decision{Action: discovery.ActionRoute, Set: d.Set}
@@ -101,12 +103,14 @@ func (s *Server) decideOpenAPI(r *headersRead, t *discovery.Topology, c Request,
 		}
 		resp := s.continueWith(r, cluster, id)
 		resp.ModeOverride = discoveryMode
+		var q *openAPIRequest
 		var rendered []byte
 		return OutcomeOpenAPI, resp, &pending{
 			// A protobuf rendering is waited for outside the serving slots: it is bounded on its
 			// own (one at a time per document), and a slot held while waiting would serve nobody.
 			// An Accept that does not name protobuf cannot negotiate it.
 			prepare: func() {
+				q = headers.openAPIRequest(query)
 				if strings.Contains(strings.ToLower(q.accept), "protobuf") {
 					rendered, _ = f.protobuf(spec)
 				}

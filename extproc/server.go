@@ -123,38 +123,51 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 	}
 }
 
-// headerValue returns a header from Envoy's map; Envoy sends raw_value, older ones value.
+// headerValue returns a header from Envoy's map; Envoy sends raw_value, older ones value. nil: "".
 func headerValue(h *corev3.HeaderValue) string {
-	if len(h.RawValue) > 0 {
-		return string(h.RawValue)
+	if v := h.GetRawValue(); len(v) > 0 {
+		return string(v)
 	}
-	return h.Value
-}
-
-// singleRange is a Range header's value if it names one range at most, else "": the front answers
-// several ranges with the whole document (openapiserve.go, httpRequest), so their value is neither
-// copied nor kept.
-func singleRange(h *corev3.HeaderValue) string {
-	if len(h.RawValue) > 0 {
-		if bytes.IndexByte(h.RawValue, ',') >= 0 {
-			return ""
-		}
-		return string(h.RawValue)
-	}
-	if strings.Contains(h.Value, ",") {
-		return ""
-	}
-	return h.Value
+	return h.GetValue()
 }
 
 // headersRead is what the service reads from the request headers Envoy sends.
 type headersRead struct {
-	method, path, accept, ifNoneMatch, clientCert string
-	hasPath, upgrade, anonymous                   bool
-	extra                                         []string // client-supplied X-Remote-Extra-* names
-	// The other conditional request headers, for the OpenAPI answers (http.ServeContent reads them).
-	ifModifiedSince, ifMatch, ifUnmodifiedSince, rang, ifRang string
-	seen                                                      uint8 // headers read by first
+	method, path, clientCert    string
+	hasPath, upgrade, anonymous bool
+	extra                       []string // client-supplied X-Remote-Extra-* names
+	answer                      answerHeaders
+	seen                        uint8 // headers read by first
+}
+
+// answerHeaders are the request headers the front's own answers depend on (content negotiation and
+// the conditional requests http.ServeContent reads), kept as Envoy sent them: nothing copies or
+// parses them before the response phase, once an apiserver authorized the request. nil: absent.
+type answerHeaders struct {
+	accept, ifNoneMatch, ifModifiedSince, ifMatch, ifUnmodifiedSince, rang, ifRang *corev3.HeaderValue
+}
+
+// openAPIRequest reads the headers for an OpenAPI answer, with the request's raw query.
+func (a *answerHeaders) openAPIRequest(query string) *openAPIRequest {
+	return &openAPIRequest{query: query, accept: headerValue(a.accept), ifNoneMatch: headerValue(a.ifNoneMatch),
+		ifModifiedSince: headerValue(a.ifModifiedSince), ifMatch: headerValue(a.ifMatch), ifUnmodifiedSince: headerValue(a.ifUnmodifiedSince),
+		rang: singleRange(a.rang), ifRang: headerValue(a.ifRang)}
+}
+
+// singleRange is a Range header's value if it names one range at most, else "": the front answers
+// several ranges with the whole document (openapiserve.go, httpRequest), so their value is not
+// even copied.
+func singleRange(h *corev3.HeaderValue) string {
+	if v := h.GetRawValue(); len(v) > 0 {
+		if bytes.IndexByte(v, ',') >= 0 {
+			return ""
+		}
+		return string(v)
+	}
+	if strings.Contains(h.GetValue(), ",") {
+		return ""
+	}
+	return h.GetValue()
 }
 
 // Bits of headersRead.seen.
@@ -175,7 +188,7 @@ const (
 // mutation_utils.cc, MutationUtils::headersToProto iterates it), as it forwards them: the
 // occurrences of a header as entries of their own, or, for a header its map keeps inline, one
 // comma-joined entry, which both sides then read whole.
-func (r *headersRead) first(bit uint8, dst *string, v string) {
+func (r *headersRead) first(bit uint8, dst **corev3.HeaderValue, v *corev3.HeaderValue) {
 	if r.seen&bit == 0 {
 		r.seen |= bit
 		*dst = v
@@ -195,19 +208,19 @@ func (s *Server) requestHeaders(h *extprocv3.HttpHeaders, anonymous bool) (*extp
 		case k == ":path":
 			r.path, r.hasPath = headerValue(hv), true
 		case k == "accept":
-			r.first(seenAccept, &r.accept, headerValue(hv))
+			r.first(seenAccept, &r.answer.accept, hv)
 		case k == "if-none-match":
-			r.first(seenIfNoneMatch, &r.ifNoneMatch, headerValue(hv))
+			r.first(seenIfNoneMatch, &r.answer.ifNoneMatch, hv)
 		case k == "if-modified-since":
-			r.first(seenIfModifiedSince, &r.ifModifiedSince, headerValue(hv))
+			r.first(seenIfModifiedSince, &r.answer.ifModifiedSince, hv)
 		case k == "if-match":
-			r.first(seenIfMatch, &r.ifMatch, headerValue(hv))
+			r.first(seenIfMatch, &r.answer.ifMatch, hv)
 		case k == "if-unmodified-since":
-			r.first(seenIfUnmodifiedSince, &r.ifUnmodifiedSince, headerValue(hv))
+			r.first(seenIfUnmodifiedSince, &r.answer.ifUnmodifiedSince, hv)
 		case k == "range":
-			r.first(seenRange, &r.rang, singleRange(hv))
+			r.first(seenRange, &r.answer.rang, hv)
 		case k == "if-range":
-			r.first(seenIfRange, &r.ifRang, headerValue(hv))
+			r.first(seenIfRange, &r.answer.ifRang, hv)
 		case k == "upgrade":
 			r.upgrade = headerValue(hv) != ""
 		case k == wire.ForwardedCertHeader:
@@ -253,8 +266,10 @@ func (s *Server) decide(r *headersRead) (string, *extprocv3.ProcessingResponse, 
 			// replaces a document it was allowed to see, built then (responseHeaders).
 			resp := s.continueWith(r, all, id)
 			resp.ModeOverride = discoveryMode
-			accept, ifNoneMatch := r.accept, r.ifNoneMatch
-			return OutcomeDiscovery, resp, &pending{answer: func() *extprocv3.ProcessingResponse { return plan.answer(accept, ifNoneMatch) }}
+			accept, ifNoneMatch := r.answer.accept, r.answer.ifNoneMatch
+			return OutcomeDiscovery, resp, &pending{answer: func() *extprocv3.ProcessingResponse {
+				return plan.answer(headerValue(accept), headerValue(ifNoneMatch))
+			}}
 		}
 		return OutcomePassthrough, s.continueWith(r, all, id), nil
 	case NonResource:
