@@ -92,7 +92,7 @@ type pending struct {
 // Discovery outcomes in the response phase (label values of skewgate_extproc_discovery_responses_total).
 const (
 	DiscoveryServed     = "served"     // the apiserver authorized the request: the merged answer replaced its own
-	DiscoveryPassed     = "passed"     // the apiserver refused (or failed): its answer passed through
+	DiscoveryPassed     = "passed"     // the apiserver refused (or failed), or profile=nopeer: its answer passed through
 	DiscoveryUnexpected = "unexpected" // response headers on a stream that holds no discovery answer
 	DiscoveryBusy       = "busy"       // authorized, but no serving slot came free in time: 503 with Retry-After
 )
@@ -125,15 +125,15 @@ func (s *Server) responseHeaders(ctx context.Context, h *extprocv3.HttpHeaders, 
 			break
 		}
 	}
-	count := func(outcome string) {
+	count := func(openAPI, discovery string) {
 		if p.openAPI != "" {
-			s.metrics.openAPIResponses.WithLabelValues(p.openAPI, outcome).Inc()
+			s.metrics.openAPIResponses.WithLabelValues(p.openAPI, openAPI).Inc()
 		} else {
-			s.metrics.discoveryResponses.WithLabelValues(outcome).Inc()
+			s.metrics.discoveryResponses.WithLabelValues(discovery).Inc()
 		}
 	}
 	if (p.openAPI != "" && !authorizedOpenAPIStatus(code)) || (p.openAPI == "" && !authorizedStatus(code)) {
-		count(OpenAPIPassed) // == DiscoveryPassed
+		count(OpenAPIPassed, DiscoveryPassed)
 		return pass, nil
 	}
 	if p.prepare != nil {
@@ -141,26 +141,22 @@ func (s *Server) responseHeaders(ctx context.Context, h *extprocv3.HttpHeaders, 
 	}
 	release, ok := s.slots.acquire(ctx)
 	if !ok {
-		count(OpenAPIBusy) // == DiscoveryBusy
+		count(OpenAPIBusy, DiscoveryBusy)
 		return busy(), nil
 	}
 	resp = p.answer()
 	if resp == nil {
 		release()
-		count(OpenAPIPassed)
+		count(OpenAPIPassed, DiscoveryPassed)
 		return pass, nil
-	}
-	if p.openAPI == "" {
-		count(DiscoveryServed)
-		return resp, release
 	}
 	switch resp.GetImmediateResponse().GetStatus().GetCode() {
 	case http.StatusMovedPermanently:
-		count(OpenAPIRedirected)
+		count(OpenAPIRedirected, DiscoveryServed)
 	case http.StatusNotModified:
-		count(OpenAPINotModified)
+		count(OpenAPINotModified, DiscoveryServed)
 	default:
-		count(OpenAPIServed)
+		count(OpenAPIServed, DiscoveryServed)
 	}
 	return resp, release
 }
