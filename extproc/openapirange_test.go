@@ -107,6 +107,23 @@ func TestOpenAPIRangeCostsNoMore(t *testing.T) {
 	over("refused, 15000 ranges", measure(envoyHeaders("GET", "/openapi/v3", "range", manyRanges(15000), "if-none-match", `"x"`).GetRequestHeaders(), true, refused, 0), refusedPlain, 0, 0)
 	flood := envoyHeaders("GET", "/openapi/v3", "range", manyRanges(15000), "accept", bigAccept, "if-none-match", `"x"`).GetRequestHeaders()
 	over("refused, 15000 ranges and a 57 KB Accept", measure(flood, true, refused, 0), refusedPlain, 0, 0)
+
+	// Discovery at the front likewise: a refused /apis costs the same whatever its Accept.
+	discovery := func(hs *extprocv3.HttpHeaders) testing.BenchmarkResult {
+		return testing.Benchmark(func(b *testing.B) {
+			for b.Loop() {
+				r, p := s.requestHeaders(hs, true)
+				if r.GetModeOverride() == nil || p == nil {
+					b.Fatalf("/apis does not wait for the response: %v", r)
+				}
+				if a, _ := s.responseHeaders(context.Background(), refused, p); a.GetImmediateResponse() != nil {
+					b.Fatalf("refused: the front answered %v", a)
+				}
+			}
+		})
+	}
+	over("refused /apis, a 57 KB Accept", discovery(envoyHeaders("GET", "/apis", "accept", bigAccept, "if-none-match", `"x"`).GetRequestHeaders()),
+		discovery(envoyHeaders("GET", "/apis").GetRequestHeaders()), 0, 0)
 }
 
 // TestRequestPhaseRendersNothing: a merged document asked for in protobuf is rendered only for a
