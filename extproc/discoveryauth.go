@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"context"
 	"net/http"
 	"strconv"
 
@@ -14,12 +15,14 @@ import (
 //  1. request_headers: the request goes on to the default cluster (or its anonymous twin) like any
 //     other, and the answer carries mode_override {response_header_mode: SEND}, so Envoy sends this
 //     stream the upstream's response headers too (the listener's ext_proc filter has
-//     allow_mode_override). The finished merged answer, negotiated from this request's Accept and
-//     If-None-Match, waits on the stream: one pointer, nothing else.
+//     allow_mode_override). Nothing is negotiated, rendered or served yet: the stream keeps only the
+//     headers the answer depends on (pending), whatever their size costs no work until step 2.
 //  2. response_headers: if the apiserver's status shows the request passed authentication and
-//     authorization, the front replaces its answer with the merged one (ImmediateResponse, which
-//     Envoy sends as a local reply while the upstream response is not yet on its way downstream).
-//     Any other status (401, 403, 429, 5xx) passes through untouched: what the apiserver decided.
+//     authorization, the front builds its answer (negotiated from this request's Accept and
+//     conditional headers, within a serving slot, frontlimit.go) and replaces the apiserver's with it
+//     (ImmediateResponse, which Envoy sends as a local reply while the upstream response is not yet
+//     on its way downstream). Any other status (401, 403, 429, 5xx) passes through untouched: what
+//     the apiserver decided, at the cost of reading one header.
 //
 // If the processor fails or times out in the response phase, Envoy (failure_mode_allow) passes the
 // apiserver's own answer: one apiserver's document instead of the merged one, never more access.
@@ -70,10 +73,17 @@ func authorizedOpenAPIStatus(code int) bool {
 	return false
 }
 
-// pending is the answer chosen from the request headers, waiting on the stream for the upstream's
-// response headers: one pointer per stream.
+// pending is what a stream that asked for the response headers keeps until they arrive: how to
+// build the front's answer, never the answer itself. Nothing of it runs in the request phase, where
+// no apiserver has authorized the request yet: an anonymous request costs the same whatever its
+// Accept, Range or conditional headers say.
 type pending struct {
-	resp *extprocv3.ProcessingResponse
+	// prepare, if set, runs first in the response phase (answer after it), without a serving
+	// slot: it waits for work bounded on its own (a protobuf rendering, one at a time per document).
+	prepare func()
+	// answer builds the front's answer, holding a serving slot (frontlimit.go); nil: nothing the
+	// front answers (nothing acceptable, profile=nopeer), the apiserver's own answer passes.
+	answer func() *extprocv3.ProcessingResponse
 	// openAPI is the OpenAPI kind (OpenAPIIndex, OpenAPIDocument) of an OpenAPI answer, "" for
 	// discovery.
 	openAPI string
@@ -82,8 +92,9 @@ type pending struct {
 // Discovery outcomes in the response phase (label values of skewgate_extproc_discovery_responses_total).
 const (
 	DiscoveryServed     = "served"     // the apiserver authorized the request: the merged answer replaced its own
-	DiscoveryPassed     = "passed"     // the apiserver refused (or failed): its answer passed through
+	DiscoveryPassed     = "passed"     // the apiserver refused (or failed), or profile=nopeer: its answer passed through
 	DiscoveryUnexpected = "unexpected" // response headers on a stream that holds no discovery answer
+	DiscoveryBusy       = "busy"       // authorized, but no serving slot came free in time: 503 with Retry-After
 )
 
 // OpenAPI outcomes in the response phase (label values of skewgate_extproc_openapi_responses_total):
@@ -92,15 +103,18 @@ const (
 	OpenAPIServed      = "served"       // 200 (or 206, 412, 416)
 	OpenAPIRedirected  = "redirected"   // 301 to the hash the front publishes
 	OpenAPINotModified = "not_modified" // 304
-	OpenAPIPassed      = "passed"       // the apiserver refused (or failed): its answer passed through
+	OpenAPIPassed      = "passed"       // the apiserver refused (or failed), or nothing acceptable: its answer passed through
+	OpenAPIBusy        = "busy"         // authorized, but no serving slot came free in time: 503 with Retry-After
 )
 
-// responseHeaders answers the upstream's response headers on a stream that asked for them.
-func (s *Server) responseHeaders(h *extprocv3.HttpHeaders, p *pending) *extprocv3.ProcessingResponse {
+// responseHeaders answers the upstream's response headers on a stream that asked for them. release,
+// if not nil, gives back the serving slot the answer holds: the caller calls it once the answer is
+// sent, so a slot covers the whole cost of an answer, marshalling included.
+func (s *Server) responseHeaders(ctx context.Context, h *extprocv3.HttpHeaders, p *pending) (resp *extprocv3.ProcessingResponse, release func()) {
 	pass := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{}}}
 	if p == nil {
 		s.metrics.discoveryResponses.WithLabelValues(DiscoveryUnexpected).Inc()
-		return pass
+		return pass, nil
 	}
 	code := -1
 	for _, hv := range h.GetHeaders().GetHeaders() {
@@ -111,25 +125,38 @@ func (s *Server) responseHeaders(h *extprocv3.HttpHeaders, p *pending) *extprocv
 			break
 		}
 	}
-	if p.openAPI != "" {
-		if !authorizedOpenAPIStatus(code) {
-			s.metrics.openAPIResponses.WithLabelValues(p.openAPI, OpenAPIPassed).Inc()
-			return pass
+	count := func(openAPI, discovery string) {
+		if p.openAPI != "" {
+			s.metrics.openAPIResponses.WithLabelValues(p.openAPI, openAPI).Inc()
+		} else {
+			s.metrics.discoveryResponses.WithLabelValues(discovery).Inc()
 		}
-		outcome := OpenAPIServed
-		switch p.resp.GetImmediateResponse().GetStatus().GetCode() {
-		case http.StatusMovedPermanently:
-			outcome = OpenAPIRedirected
-		case http.StatusNotModified:
-			outcome = OpenAPINotModified
-		}
-		s.metrics.openAPIResponses.WithLabelValues(p.openAPI, outcome).Inc()
-		return p.resp
 	}
-	if !authorizedStatus(code) {
-		s.metrics.discoveryResponses.WithLabelValues(DiscoveryPassed).Inc()
-		return pass
+	if (p.openAPI != "" && !authorizedOpenAPIStatus(code)) || (p.openAPI == "" && !authorizedStatus(code)) {
+		count(OpenAPIPassed, DiscoveryPassed)
+		return pass, nil
 	}
-	s.metrics.discoveryResponses.WithLabelValues(DiscoveryServed).Inc()
-	return p.resp
+	if p.prepare != nil {
+		p.prepare()
+	}
+	release, ok := s.slots.acquire(ctx)
+	if !ok {
+		count(OpenAPIBusy, DiscoveryBusy)
+		return busy(), nil
+	}
+	resp = p.answer()
+	if resp == nil {
+		release()
+		count(OpenAPIPassed, DiscoveryPassed)
+		return pass, nil
+	}
+	switch resp.GetImmediateResponse().GetStatus().GetCode() {
+	case http.StatusMovedPermanently:
+		count(OpenAPIRedirected, DiscoveryServed)
+	case http.StatusNotModified:
+		count(OpenAPINotModified, DiscoveryServed)
+	default:
+		count(OpenAPIServed, DiscoveryServed)
+	}
+	return resp, release
 }

@@ -94,11 +94,12 @@ func TestDiscoveryNeedsTheApiserversConsent(t *testing.T) {
 	}
 }
 
-// TestDiscoveryThePeersAnswerItself: requests the front does not merge never ask for the response.
+// TestDiscoveryThePeersAnswerItself: requests the front does not merge, by their method and path,
+// never ask for the response; profile=nopeer (in Accept, read only once the request is authorized)
+// is TestDiscoveryNegotiation's.
 func TestDiscoveryThePeersAnswerItself(t *testing.T) {
 	h := startServer(t)
 	for _, req := range []*extprocv3.ProcessingRequest{
-		envoyHeaders("GET", "/apis", "accept", acceptV2NoPeer),
 		envoyHeaders("GET", "/apis/nothing.example/v1"),
 		envoyHeaders("POST", "/apis"),
 		envoyHeaders("HEAD", "/apis"),

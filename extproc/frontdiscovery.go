@@ -1,12 +1,14 @@
 package extproc
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"golang.org/x/sync/singleflight"
 	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
 	apidiscoveryv2beta1 "k8s.io/api/apidiscovery/v2beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -52,6 +54,11 @@ type cacheKey struct {
 	// convert is the aggregated discovery GVK asked for (zero for the legacy documents).
 	convert schema.GroupVersionKind
 	pretty  bool
+}
+
+// String is the key as one string, for the single flight of its build.
+func (k cacheKey) String() string {
+	return fmt.Sprintf("%q %q %s %t", k.path, k.mediaType, k.convert, k.pretty)
 }
 
 // accept is the canonical Accept header that negotiates exactly k: the answer is built from it, so
@@ -108,6 +115,7 @@ type frontDiscovery struct {
 	cache      map[cacheKey]*cachedResponse
 	cacheBytes int
 	maxBytes   int
+	builds     singleflight.Group // by cacheKey.String(): one build at a time per representation
 }
 
 func newFrontDiscovery(t *discovery.Topology) *frontDiscovery {
@@ -132,23 +140,74 @@ func (s *Server) discoveryFor(t *discovery.Topology) *frontDiscovery {
 }
 
 // serve answers a discovery request from the merged documents, or returns nil to let it pass to an
-// apiserver: requests for the apiserver's own view (profile=nopeer), methods other than GET, and
-// groups or versions no upstream serves (their 404 is genuine).
+// apiserver: plan, then answer, as one call.
 func (f *frontDiscovery) serve(method, path, accept, ifNoneMatch string) *extprocv3.ProcessingResponse {
+	p := f.plan(method, path)
+	if p == nil {
+		return nil
+	}
+	return p.answer(accept, ifNoneMatch)
+}
+
+// discoveryPlan is a discovery path the front answers; what it answers depends on the request's
+// Accept and If-None-Match, read only once an apiserver authorized the request.
+type discoveryPlan struct {
+	f *frontDiscovery
+	// path is the path without its query; top is "api" or "apis" for the two roots, else "".
+	path, top string
+	obj       runtime.Object // the legacy document of a path under the roots
+}
+
+// plan says whether the front answers path, from the path alone (the request phase): nil for
+// methods other than GET and for groups or versions no upstream serves (their 404 is genuine). The
+// path is split at most into four parts, so its cost does not grow with its slashes.
+func (f *frontDiscovery) plan(method, path string) *discoveryPlan {
 	if method != http.MethodGet {
 		return nil
 	}
-	p := path
-	if i := strings.IndexByte(p, '?'); i >= 0 {
-		p = p[:i]
+	p, _, _ := strings.Cut(path, "?")
+	parts := strings.SplitN(strings.Trim(p, "/"), "/", 4)
+	d := &discoveryPlan{f: f, path: p}
+	switch {
+	case len(parts) == 1 && (parts[0] == "api" || parts[0] == "apis"):
+		d.top = parts[0]
+	case len(parts) == 2 && parts[0] == "api":
+		l, ok := f.resources[schema.GroupVersion{Version: parts[1]}]
+		if !ok {
+			return nil
+		}
+		d.obj = withKind(l)
+	case len(parts) == 2 && parts[0] == "apis":
+		g, ok := f.groups[parts[1]]
+		if !ok {
+			return nil
+		}
+		group := *g
+		group.Kind, group.APIVersion = "APIGroup", "v1"
+		d.obj = &group
+	case len(parts) == 3 && parts[0] == "apis":
+		l, ok := f.resources[schema.GroupVersion{Group: parts[1], Version: parts[2]}]
+		if !ok {
+			return nil
+		}
+		d.obj = withKind(l)
+	default:
+		return nil
 	}
-	parts := strings.Split(strings.Trim(p, "/"), "/")
+	return d
+}
+
+// answer is the front's answer to the planned path for this Accept and If-None-Match, or nil to
+// let the apiserver's pass: a request for the apiserver's own view (profile=nopeer). Each
+// representation is built once per Topology (one build at a time: requests asking for it meanwhile
+// wait for that build) and kept within maxCacheBytes.
+func (d *discoveryPlan) answer(accept, ifNoneMatch string) *extprocv3.ProcessingResponse {
+	f := d.f
 	mt, _ := negotiation.NegotiateMediaTypeOptions(accept, discoveryCodecs.SupportedMediaTypes(), aggregated.DiscoveryEndpointRestrictions)
 	isAggregated := aggregated.IsAggregatedDiscoveryGVK(mt.Convert)
 	if isAggregated && mt.Profile == "nopeer" {
 		return nil
 	}
-
 	var write func(w http.ResponseWriter, r *http.Request)
 	var restrictions negotiation.EndpointRestrictions = negotiation.DefaultEndpointRestrictions
 	legacy := func(obj runtime.Object) func(http.ResponseWriter, *http.Request) {
@@ -157,76 +216,64 @@ func (f *frontDiscovery) serve(method, path, accept, ifNoneMatch string) *extpro
 		}
 	}
 	switch {
-	case len(parts) == 1 && (parts[0] == "api" || parts[0] == "apis"):
+	case d.top != "" && isAggregated:
 		doc := f.apis
-		if parts[0] == "api" {
+		if d.top == "api" {
 			doc = f.api
 		}
-		if isAggregated {
-			restrictions = aggregated.DiscoveryEndpointRestrictions
-			write = func(w http.ResponseWriter, r *http.Request) {
-				out, _, err := negotiation.NegotiateOutputMediaType(r, discoveryCodecs, aggregated.DiscoveryEndpointRestrictions)
-				if err != nil || out.Convert == nil {
-					w.WriteHeader(http.StatusNotAcceptable)
-					return
-				}
-				list := doc.List
-				aggregated.ServeHTTPWithETag(&list, doc.ETag, out.Convert.GroupVersion(), discoveryCodecs, w, r)
+		restrictions = aggregated.DiscoveryEndpointRestrictions
+		write = func(w http.ResponseWriter, r *http.Request) {
+			out, _, err := negotiation.NegotiateOutputMediaType(r, discoveryCodecs, aggregated.DiscoveryEndpointRestrictions)
+			if err != nil || out.Convert == nil {
+				w.WriteHeader(http.StatusNotAcceptable)
+				return
 			}
-		} else if parts[0] == "api" {
-			versions := &metav1.APIVersions{TypeMeta: metav1.TypeMeta{Kind: "APIVersions"}}
-			for _, g := range f.api.List.Items {
-				for _, v := range g.Versions {
-					versions.Versions = append(versions.Versions, v.Version)
-				}
+			list := doc.List
+			aggregated.ServeHTTPWithETag(&list, doc.ETag, out.Convert.GroupVersion(), discoveryCodecs, w, r)
+		}
+	case d.top == "api":
+		versions := &metav1.APIVersions{TypeMeta: metav1.TypeMeta{Kind: "APIVersions"}}
+		for _, g := range f.api.List.Items {
+			for _, v := range g.Versions {
+				versions.Versions = append(versions.Versions, v.Version)
 			}
-			write = legacy(versions)
-		} else {
-			write = legacy(f.legacy)
 		}
-	case len(parts) == 2 && parts[0] == "api":
-		l, ok := f.resources[schema.GroupVersion{Version: parts[1]}]
-		if !ok {
-			return nil
-		}
-		write = legacy(withKind(l))
-	case len(parts) == 2 && parts[0] == "apis":
-		g, ok := f.groups[parts[1]]
-		if !ok {
-			return nil
-		}
-		group := *g
-		group.Kind, group.APIVersion = "APIGroup", "v1"
-		write = legacy(&group)
-	case len(parts) == 3 && parts[0] == "apis":
-		l, ok := f.resources[schema.GroupVersion{Group: parts[1], Version: parts[2]}]
-		if !ok {
-			return nil
-		}
-		write = legacy(withKind(l))
+		write = legacy(versions)
+	case d.top == "apis":
+		write = legacy(f.legacy)
 	default:
-		return nil
+		write = legacy(d.obj)
 	}
 
-	key := negotiatedKey(p, accept, restrictions)
+	key := negotiatedKey(d.path, accept, restrictions)
 	f.mu.Lock()
 	c, ok := f.cache[key]
 	f.mu.Unlock()
 	if !ok {
-		r, _ := http.NewRequest(http.MethodGet, p, nil)
-		r.Header.Set("Accept", key.accept())
-		w := &responseBuffer{header: http.Header{}}
-		write(w, r)
-		c = &cachedResponse{full: respond(w.code(), w.header, w.body), size: len(w.body) + len(p) + 256}
-		if etag := w.header.Get("ETag"); etag != "" && w.code() == http.StatusOK {
-			c.etag, c.notModified = etag, respond(http.StatusNotModified, w.header, nil)
-		}
-		f.mu.Lock()
-		if _, raced := f.cache[key]; !raced && f.cacheBytes+c.size <= f.maxBytes {
-			f.cache[key] = c
-			f.cacheBytes += c.size
-		}
-		f.mu.Unlock()
+		v, _, _ := f.builds.Do(key.String(), func() (any, error) {
+			f.mu.Lock()
+			c, ok := f.cache[key]
+			f.mu.Unlock()
+			if ok {
+				return c, nil // built by the flight that just ended
+			}
+			r, _ := http.NewRequest(http.MethodGet, d.path, nil)
+			r.Header.Set("Accept", key.accept())
+			w := &responseBuffer{header: http.Header{}}
+			write(w, r)
+			c = &cachedResponse{full: respond(w.code(), w.header, w.body), size: len(w.body) + len(d.path) + 256}
+			if etag := w.header.Get("ETag"); etag != "" && w.code() == http.StatusOK {
+				c.etag, c.notModified = etag, respond(http.StatusNotModified, w.header, nil)
+			}
+			f.mu.Lock()
+			if _, raced := f.cache[key]; !raced && f.cacheBytes+c.size <= f.maxBytes {
+				f.cache[key] = c
+				f.cacheBytes += c.size
+			}
+			f.mu.Unlock()
+			return c, nil
+		})
+		c = v.(*cachedResponse)
 	}
 	if c.notModified != nil && ifNoneMatch == c.etag {
 		return c.notModified

@@ -27,7 +27,11 @@ func NewGRPCServer(s *Server, o GRPCOptions) *grpc.Server {
 	if o.MaxConcurrentStreams == 0 {
 		o.MaxConcurrentStreams = 100000
 	}
-	// Header-only messages are small; refuse anything absurd.
+	// Header-only messages are small (Envoy's request and response header limits default to 60 KiB);
+	// refuse anything absurd. The stream limit bounds streams, not work: until an apiserver has
+	// authorized a request its stream holds only the few headers read from it, and the work that
+	// grows with what is asked, the front's own answers, is bounded by the server's serving slots
+	// (frontlimit.go), not by how many streams are open.
 	g := grpc.NewServer(grpcutil.ServerOptions(o.MaxConcurrentStreams, 1<<20, o.ServerOptions...)...)
 	extprocv3.RegisterExternalProcessorServer(g, s)
 	return g

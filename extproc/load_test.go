@@ -43,9 +43,11 @@ func BenchmarkDiscoveryAnswer(b *testing.B) {
 		if r.GetModeOverride() == nil || p == nil {
 			b.Fatal(r)
 		}
-		if a := s.responseHeaders(upstream, p); a.GetImmediateResponse() == nil {
+		a, release := s.responseHeaders(context.Background(), upstream, p)
+		if a.GetImmediateResponse() == nil {
 			b.Fatal(a)
 		}
+		release()
 	}
 }
 

@@ -41,22 +41,22 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		discoveryResponses: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "skewgate_extproc_discovery_responses_total",
-			Help: "Discovery requests in the response phase by outcome (served: the apiserver authorized it and the merged answer replaced its own; passed: its refusal or error passed through; unexpected: response headers without a pending answer).",
+			Help: "Discovery requests in the response phase by outcome (served: the apiserver authorized it and the merged answer replaced its own; passed: its refusal or error passed through, or it asked for the apiserver's own view; busy: authorized, but no serving slot came free in time, 503 with Retry-After; unexpected: response headers without a pending answer).",
 		}, []string{"outcome"}),
 		openAPIResponses: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "skewgate_extproc_openapi_responses_total",
-			Help: "OpenAPI v3 requests the front answers, in the response phase, by kind (index, document) and outcome (served, redirected, not_modified: the apiserver authorized it and the front's answer replaced its own; passed: its refusal or error passed through).",
+			Help: "OpenAPI v3 requests the front answers, in the response phase, by kind (index, document) and outcome (served, redirected, not_modified: the apiserver authorized it and the front's answer replaced its own; passed: its refusal or error passed through, or nothing acceptable; busy: authorized, but no serving slot came free in time, 503 with Retry-After).",
 		}, []string{"kind", "outcome"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.decisions, m.latency, m.streams, m.discoveryResponses, m.openAPIResponses)
 	}
 	for _, k := range []string{OpenAPIIndex, OpenAPIDocument} {
-		for _, o := range []string{OpenAPIServed, OpenAPIRedirected, OpenAPINotModified, OpenAPIPassed} {
+		for _, o := range []string{OpenAPIServed, OpenAPIRedirected, OpenAPINotModified, OpenAPIPassed, OpenAPIBusy} {
 			m.openAPIResponses.WithLabelValues(k, o)
 		}
 	}
-	for _, o := range []string{DiscoveryServed, DiscoveryPassed, DiscoveryUnexpected} {
+	for _, o := range []string{DiscoveryServed, DiscoveryPassed, DiscoveryUnexpected, DiscoveryBusy} {
 		m.discoveryResponses.WithLabelValues(o)
 	}
 	for _, o := range []string{OutcomeDefault, OutcomeRouted, OutcomeUnavailable, OutcomePending, OutcomeDiscovery, OutcomeOpenAPI, OutcomePassthrough, OutcomeUnsynced, OutcomeInvalid} {

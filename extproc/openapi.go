@@ -16,13 +16,14 @@ import (
 // (discovery.Topology.DecideOpenAPI) and publishes an index naming exactly those documents by their
 // hashes (OpenAPIIndex):
 //
-//   - the index, GET /openapi/v3: the front's index, once an apiserver authorized the request
+//   - the index, GET /openapi/v3: the front's index, built once an apiserver authorized the request
 //     (discoveryauth.go); no index (every apiserver publishes the same one): the apiserver answers.
 //   - ActionRoute: to the cluster of the set that publishes the document under the index's hash.
 //   - ActionUnavailable: 503 with Retry-After, as for a resource.
-//   - ActionServe: GET gets the merged document (OpenAPIMerged), once an apiserver of the decision's
-//     set authorized the request; other methods go to that set, as Envoy's route table sends them
-//     all when ext_proc is not there (xds/openapiroutes.go).
+//   - ActionServe: GET gets the merged document (OpenAPIMerged), negotiated and built once an
+//     apiserver of the decision's set authorized the request (nothing acceptable: that apiserver's
+//     answer passes); other methods go to that set, as Envoy's route table sends them all when
+//     ext_proc is not there (xds/openapiroutes.go).
 //   - ActionDefault, and a key no upstream lists: as any other schema request (schemas.go).
 //
 // The key is the path after "/openapi/v3/" exactly as handler3 takes it (strings.SplitAfterN(path,
@@ -61,8 +62,8 @@ func (s *Server) decideOpenAPI(r *headersRead, t *discovery.Topology, c Request,
 	if !ok {
 		return "", nil, nil, false
 	}
-	q := &openAPIRequest{query: query, accept: r.accept, ifNoneMatch: r.ifNoneMatch, ifModifiedSince: r.ifModifiedSince,
-		ifMatch: r.ifMatch, ifUnmodifiedSince: r.ifUnmodifiedSince, rang: r.rang, ifRang: r.ifRang}
+	// What the answer depends on is read in the response phase only (pending).
+	headers := r.answer
 	if index {
 		spec := t.OpenAPIIndex()
 		if spec == nil || r.method != http.MethodGet {
@@ -71,7 +72,10 @@ func (s *Server) decideOpenAPI(r *headersRead, t *discovery.Topology, c Request,
 		// Any apiserver authorizes /openapi/v3 as every other: the default cluster asks.
 		resp := s.continueWith(r, r.target(wire.AllCluster, anonymous), id)
 		resp.ModeOverride = discoveryMode
-		return OutcomeOpenAPI, resp, &pending{resp: s.openAPIFor(t).index(spec, q), openAPI: OpenAPIIndex}, true
+		f := s.openAPIFor(t)
+		return OutcomeOpenAPI, resp, &pending{answer: func() *extprocv3.ProcessingResponse {
+			return f.index(spec, headers.openAPIRequest(query))
+		}, openAPI: OpenAPIIndex}, true
 	}
 	d := t.DecideOpenAPI(key)
 	route := discovery.Decision{Action: discovery.ActionRoute, Set: d.Set}
@@ -88,7 +92,7 @@ func (s *Server) decideOpenAPI(r *headersRead, t *discovery.Topology, c Request,
 			o, resp, _ := s.routeTo(r, t, c, route, anonymous, id)
 			return o, resp, nil, true
 		}
-		answer := s.openAPIFor(t).document(key, spec, q)
+		f := s.openAPIFor(t)
 		// The request goes to the set Envoy's route table names for the key: without the front's
 		// answer (nothing acceptable, or ext_proc gone in the response phase) the client gets that
 		// set's own document, as when ext_proc is down. Its cluster not in every Envoy yet: any
@@ -98,11 +102,22 @@ func (s *Server) decideOpenAPI(r *headersRead, t *discovery.Topology, c Request,
 			cluster = r.target(wire.AllCluster, anonymous)
 		}
 		resp := s.continueWith(r, cluster, id)
-		if answer == nil {
-			return OutcomeRouted, resp, nil, true
-		}
 		resp.ModeOverride = discoveryMode
-		return OutcomeOpenAPI, resp, &pending{resp: answer, openAPI: OpenAPIDocument}, true
+		var q *openAPIRequest
+		var rendered []byte
+		return OutcomeOpenAPI, resp, &pending{
+			// A protobuf rendering is waited for outside the serving slots: it is bounded on its
+			// own (one at a time per document), and a slot held while waiting would serve nobody.
+			// An Accept that does not name protobuf cannot negotiate it.
+			prepare: func() {
+				q = headers.openAPIRequest(query)
+				if strings.Contains(strings.ToLower(q.accept), "protobuf") {
+					rendered, _ = f.protobuf(spec)
+				}
+			},
+			answer:  func() *extprocv3.ProcessingResponse { return f.renderedDocument(key, spec, q, rendered) },
+			openAPI: OpenAPIDocument,
+		}, true
 	}
 	return "", nil, nil, false
 }

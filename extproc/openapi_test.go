@@ -328,13 +328,21 @@ func TestOpenAPIServeNeedsConsent(t *testing.T) {
 		}
 	}
 
-	// Not answered by the front: to the fallback set, without asking for the response.
-	for _, c := range []struct{ method, accept string }{{"GET", "text/html"}, {"HEAD", ""}, {"POST", ""}, {"GET", ","}} {
-		first, _ := h.exchange(t, envoyHeaders(c.method, own, "accept", c.accept), "200")
-		if first.GetModeOverride() != nil {
-			t.Errorf("%s accept=%q: asks for the response headers", c.method, c.accept)
+	// Not answered by the front: to the fallback set, without asking for the response; or, for an
+	// Accept that offers nothing handler3 serves (read only once the request is authorized), asking
+	// for it and passing the apiserver's answer (its 406, or its empty 200 for an Accept of no clause).
+	for _, c := range []struct {
+		method, accept, upstream string
+		asks                     bool
+	}{{"GET", "text/html", "406", true}, {"HEAD", "", "200", false}, {"POST", "", "200", false}, {"GET", ",", "200", true}} {
+		first, last := h.exchange(t, envoyHeaders(c.method, own, "accept", c.accept), c.upstream)
+		if (first.GetModeOverride() != nil) != c.asks {
+			t.Errorf("%s accept=%q: asks for the response headers: %v, want %v", c.method, c.accept, first.GetModeOverride() != nil, c.asks)
 		}
 		check(t, c.method+" "+c.accept, first, want{cluster: fallback})
+		if last.GetImmediateResponse() != nil {
+			t.Errorf("%s accept=%q: the front answered %v", c.method, c.accept, last)
+		}
 	}
 
 	// The fallback's cluster not in every Envoy yet: any apiserver gives its consent.

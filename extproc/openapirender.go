@@ -18,13 +18,12 @@ const maxProtoBytes = 64 << 20
 
 // frontOpenAPI serves one Topology's OpenAPI v3: its index and its merged documents.
 //
-// The protobuf form of a merged document is rendered in the request phase, before an apiserver
-// authorized the request, for any requester, anonymous or not, because the answer must be ready
-// when the response headers arrive. That is bounded: only the Topology's merged documents are
-// rendered (nothing a client sends is), each at most once at a time (single flight), kept up to
-// maxProtoBytes, and the background warm renders every one of them anyway once per Topology
-// version, so a request only renders a document earlier than the warm would. The limit: a document
-// past the cap is rendered again by each request that asks for it after the last rendering ended
+// The protobuf form of a merged document is rendered in the response phase, for a request an
+// apiserver authorized, or by the background warm. That is bounded: only the Topology's merged
+// documents are rendered (nothing a client sends is), each at most once at a time (single flight),
+// kept up to maxProtoBytes, and the warm renders every one of them anyway once per Topology version,
+// so a request only renders a document earlier than the warm would. The limit: a document past the
+// cap is rendered again by each authorized request that asks for it after the last rendering ended
 // (one at a time), which costs CPU, never memory beyond one rendering per document.
 type frontOpenAPI struct {
 	t      *discovery.Topology

@@ -25,7 +25,9 @@ import (
 // filter (pkg/endpoints/filters/cachecontrol.go: "Cache-Control: no-cache, private" unless the handler
 // sets its own). The handler runs into a recorder and the recorded answer becomes an ImmediateResponse,
 // so status, headers and the conditional requests (If-None-Match, If-Modified-Since, If-Match, Range)
-// are net/http's http.ServeContent itself, not a copy of it.
+// are net/http's http.ServeContent itself, not a copy of it; but for one deliberate difference: a
+// Range of several ranges is answered whole (httpRequest). All of it runs only in the response phase,
+// for a request an apiserver authorized (discoveryauth.go), within a serving slot (frontlimit.go).
 
 // Media types handler3 serves a document in. Both protobuf spellings answer the first.
 const (
@@ -67,14 +69,24 @@ type openAPIRequest struct {
 	ifMatch, ifUnmodifiedSince, rang, ifRang string
 }
 
+// httpRequest is the request http.ServeContent answers. A Range naming more than one range (any
+// comma) is dropped with its If-Range, so the answer is the whole document (200), as RFC 9110
+// section 14.2 lets any server answer any Range: http.ServeContent would write a multipart body of
+// every range, each part with its own headers, which for the thousands of one-byte ranges Envoy's
+// 60 KiB request header limit allows costs hundreds of times a plain answer. One range costs no
+// more than the plain answer (a slice of the document), so it gets handler3's 206 or 416.
 func (q *openAPIRequest) httpRequest(p string) *http.Request {
 	r := &http.Request{Method: http.MethodGet, URL: &url.URL{Path: p, RawQuery: q.query}, Header: http.Header{}}
-	for k, v := range map[string]string{
-		"Accept": q.accept, "If-None-Match": q.ifNoneMatch, "If-Modified-Since": q.ifModifiedSince,
-		"If-Match": q.ifMatch, "If-Unmodified-Since": q.ifUnmodifiedSince, "Range": q.rang, "If-Range": q.ifRang,
+	rang, ifRang := q.rang, q.ifRang
+	if strings.Contains(rang, ",") {
+		rang, ifRang = "", ""
+	}
+	for _, h := range [...]struct{ k, v string }{
+		{"Accept", q.accept}, {"If-None-Match", q.ifNoneMatch}, {"If-Modified-Since", q.ifModifiedSince},
+		{"If-Match", q.ifMatch}, {"If-Unmodified-Since", q.ifUnmodifiedSince}, {"Range", rang}, {"If-Range", ifRang},
 	} {
-		if v != "" {
-			r.Header.Set(k, v)
+		if h.v != "" {
+			r.Header[h.k] = []string{h.v}
 		}
 	}
 	return r
@@ -106,15 +118,23 @@ func (f *frontOpenAPI) index(spec *discovery.OpenAPISpec, q *openAPIRequest) *ex
 // document answers GET /openapi/v3/<key> with the merged document, as handler3's
 // HandleGroupVersion does, or nil when the apiserver's own answer is the same (nothing acceptable).
 func (f *frontOpenAPI) document(key string, spec *discovery.OpenAPISpec, q *openAPIRequest) *extprocv3.ProcessingResponse {
+	return f.renderedDocument(key, spec, q, nil)
+}
+
+// renderedDocument is document with the protobuf form already rendered, if rendered is not nil.
+func (f *frontOpenAPI) renderedDocument(key string, spec *discovery.OpenAPISpec, q *openAPIRequest, rendered []byte) *extprocv3.ProcessingResponse {
 	subType, contentType, ok := negotiateOpenAPI(q.accept)
 	if !ok {
 		return nil
 	}
 	data := spec.JSON
 	if subType != openAPIJSON {
-		var err error
-		if data, err = f.protobuf(spec); err != nil {
-			return nil // handler3 writes nothing either; the apiserver answers
+		data = rendered
+		if data == nil {
+			var err error
+			if data, err = f.protobuf(spec); err != nil {
+				return nil // handler3 writes nothing either; the apiserver answers
+			}
 		}
 	}
 	w := newDocRecorder(data)

@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -53,6 +54,7 @@ type Server struct {
 	frontOpenAPI   perTopology[*frontOpenAPI]
 	clusterNames   perTopology[*clusterNames]
 	identities     identityCache
+	slots          *slots // the front's answers in flight (frontlimit.go)
 }
 
 // NewServer returns a Server reading from src.
@@ -60,7 +62,7 @@ func NewServer(src TopologySource, log *zap.Logger, reg prometheus.Registerer, o
 	if log == nil {
 		log = zap.NewNop()
 	}
-	s := &Server{src: src, log: log.Named("extproc"), metrics: newMetrics(reg)}
+	s := &Server{src: src, log: log.Named("extproc"), metrics: newMetrics(reg), slots: newSlots(defaultSlots(), defaultSlotWait)}
 	for _, o := range opts {
 		o(s)
 	}
@@ -68,8 +70,9 @@ func NewServer(src TopologySource, log *zap.Logger, reg prometheus.Registerer, o
 }
 
 // Process serves one stream: one HTTP request. Envoy sends request_headers first (header-only
-// mode). For a discovery request the answer asks Envoy for the response headers too (mode_override);
-// the stream then holds the finished discovery answer, one pointer, until they arrive. Any other
+// mode). For a discovery or OpenAPI request the front answers itself, the answer asks Envoy for the
+// response headers too (mode_override); the stream then holds what the answer depends on (pending)
+// until they arrive, and builds the answer only if they show the request authorized. Any other
 // phase Envoy sends (a misconfigured processing mode) is answered with an empty response of the same
 // phase instead of hanging the request.
 func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
@@ -92,11 +95,12 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 			return err
 		}
 		var resp *extprocv3.ProcessingResponse
+		var release func() // the serving slot of a front answer, given back once it is sent
 		switch r := req.Request.(type) {
 		case *extprocv3.ProcessingRequest_RequestHeaders:
 			resp, p = s.requestHeaders(r.RequestHeaders, anonymous)
 		case *extprocv3.ProcessingRequest_ResponseHeaders:
-			resp = s.responseHeaders(r.ResponseHeaders, p)
+			resp, release = s.responseHeaders(stream.Context(), r.ResponseHeaders, p)
 			p = nil
 		case *extprocv3.ProcessingRequest_RequestBody:
 			resp = &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{}}}
@@ -109,28 +113,61 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 		default:
 			return status.Errorf(codes.InvalidArgument, "unknown ext_proc request %T", r)
 		}
-		if err := stream.Send(resp); err != nil {
+		err = stream.Send(resp)
+		if release != nil {
+			release()
+		}
+		if err != nil {
 			return err
 		}
 	}
 }
 
-// headerValue returns a header from Envoy's map; Envoy sends raw_value, older ones value.
+// headerValue returns a header from Envoy's map; Envoy sends raw_value, older ones value. nil: "".
 func headerValue(h *corev3.HeaderValue) string {
-	if len(h.RawValue) > 0 {
-		return string(h.RawValue)
+	if v := h.GetRawValue(); len(v) > 0 {
+		return string(v)
 	}
-	return h.Value
+	return h.GetValue()
 }
 
 // headersRead is what the service reads from the request headers Envoy sends.
 type headersRead struct {
-	method, path, accept, ifNoneMatch, clientCert string
-	hasPath, upgrade, anonymous                   bool
-	extra                                         []string // client-supplied X-Remote-Extra-* names
-	// The other conditional request headers, for the OpenAPI answers (http.ServeContent reads them).
-	ifModifiedSince, ifMatch, ifUnmodifiedSince, rang, ifRang string
-	seen                                                      uint8 // headers read by first
+	method, path, clientCert    string
+	hasPath, upgrade, anonymous bool
+	extra                       []string // client-supplied X-Remote-Extra-* names
+	answer                      answerHeaders
+	seen                        uint8 // headers read by first
+}
+
+// answerHeaders are the request headers the front's own answers depend on (content negotiation and
+// the conditional requests http.ServeContent reads), kept as Envoy sent them: nothing copies or
+// parses them before the response phase, once an apiserver authorized the request. nil: absent.
+type answerHeaders struct {
+	accept, ifNoneMatch, ifModifiedSince, ifMatch, ifUnmodifiedSince, rang, ifRang *corev3.HeaderValue
+}
+
+// openAPIRequest reads the headers for an OpenAPI answer, with the request's raw query.
+func (a *answerHeaders) openAPIRequest(query string) *openAPIRequest {
+	return &openAPIRequest{query: query, accept: headerValue(a.accept), ifNoneMatch: headerValue(a.ifNoneMatch),
+		ifModifiedSince: headerValue(a.ifModifiedSince), ifMatch: headerValue(a.ifMatch), ifUnmodifiedSince: headerValue(a.ifUnmodifiedSince),
+		rang: singleRange(a.rang), ifRang: headerValue(a.ifRang)}
+}
+
+// singleRange is a Range header's value if it names one range at most, else "": the front answers
+// several ranges with the whole document (openapiserve.go, httpRequest), so their value is not
+// even copied.
+func singleRange(h *corev3.HeaderValue) string {
+	if v := h.GetRawValue(); len(v) > 0 {
+		if bytes.IndexByte(v, ',') >= 0 {
+			return ""
+		}
+		return string(v)
+	}
+	if strings.Contains(h.GetValue(), ",") {
+		return ""
+	}
+	return h.GetValue()
 }
 
 // Bits of headersRead.seen.
@@ -151,16 +188,16 @@ const (
 // mutation_utils.cc, MutationUtils::headersToProto iterates it), as it forwards them: the
 // occurrences of a header as entries of their own, or, for a header its map keeps inline, one
 // comma-joined entry, which both sides then read whole.
-func (r *headersRead) first(bit uint8, dst *string, v string) {
+func (r *headersRead) first(bit uint8, dst **corev3.HeaderValue, v *corev3.HeaderValue) {
 	if r.seen&bit == 0 {
 		r.seen |= bit
 		*dst = v
 	}
 }
 
-// requestHeaders decides for one request. For a discovery request the front serves itself it also
-// returns the finished answer to send once the upstream's response headers show the request is
-// authorized.
+// requestHeaders decides for one request. For a discovery or OpenAPI request the front serves
+// itself it also returns how to build the answer once the upstream's response headers show the
+// request is authorized (pending); it builds nothing.
 func (s *Server) requestHeaders(h *extprocv3.HttpHeaders, anonymous bool) (*extprocv3.ProcessingResponse, *pending) {
 	start := time.Now()
 	r := headersRead{anonymous: anonymous}
@@ -171,19 +208,19 @@ func (s *Server) requestHeaders(h *extprocv3.HttpHeaders, anonymous bool) (*extp
 		case k == ":path":
 			r.path, r.hasPath = headerValue(hv), true
 		case k == "accept":
-			r.first(seenAccept, &r.accept, headerValue(hv))
+			r.first(seenAccept, &r.answer.accept, hv)
 		case k == "if-none-match":
-			r.first(seenIfNoneMatch, &r.ifNoneMatch, headerValue(hv))
+			r.first(seenIfNoneMatch, &r.answer.ifNoneMatch, hv)
 		case k == "if-modified-since":
-			r.first(seenIfModifiedSince, &r.ifModifiedSince, headerValue(hv))
+			r.first(seenIfModifiedSince, &r.answer.ifModifiedSince, hv)
 		case k == "if-match":
-			r.first(seenIfMatch, &r.ifMatch, headerValue(hv))
+			r.first(seenIfMatch, &r.answer.ifMatch, hv)
 		case k == "if-unmodified-since":
-			r.first(seenIfUnmodifiedSince, &r.ifUnmodifiedSince, headerValue(hv))
+			r.first(seenIfUnmodifiedSince, &r.answer.ifUnmodifiedSince, hv)
 		case k == "range":
-			r.first(seenRange, &r.rang, headerValue(hv))
+			r.first(seenRange, &r.answer.rang, hv)
 		case k == "if-range":
-			r.first(seenIfRange, &r.ifRang, headerValue(hv))
+			r.first(seenIfRange, &r.answer.ifRang, hv)
 		case k == "upgrade":
 			r.upgrade = headerValue(hv) != ""
 		case k == wire.ForwardedCertHeader:
@@ -224,12 +261,15 @@ func (s *Server) decide(r *headersRead) (string, *extprocv3.ProcessingResponse, 
 		if t == nil {
 			return OutcomeUnsynced, s.continueWith(r, "", id), nil
 		}
-		if answer := s.discoveryFor(t).serve(r.method, r.path, r.accept, r.ifNoneMatch); answer != nil {
+		if plan := s.discoveryFor(t).plan(r.method, r.path); plan != nil {
 			// The apiserver decides whether this request may see discovery at all; the front only
-			// replaces a document it was allowed to see (responseHeaders).
+			// replaces a document it was allowed to see, built then (responseHeaders).
 			resp := s.continueWith(r, all, id)
 			resp.ModeOverride = discoveryMode
-			return OutcomeDiscovery, resp, &pending{resp: answer}
+			accept, ifNoneMatch := r.answer.accept, r.answer.ifNoneMatch
+			return OutcomeDiscovery, resp, &pending{answer: func() *extprocv3.ProcessingResponse {
+				return plan.answer(headerValue(accept), headerValue(ifNoneMatch))
+			}}
 		}
 		return OutcomePassthrough, s.continueWith(r, all, id), nil
 	case NonResource:
