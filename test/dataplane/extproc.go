@@ -145,19 +145,29 @@ func (s *extProcStream) sendResponseHeaders() bool {
 }
 
 // overrideMode applies ProcessingResponse.mode_override on a headers response when
-// allow_mode_override is set (and, if allowed_override_modes is set, the override is listed); the
-// override replaces the whole mode (Filter::onReceiveMessage).
+// allow_mode_override is set (Filter::onReceiveMessage, source/extensions/filters/http/ext_proc/
+// ext_proc.cc): the mode becomes effectiveModeOverride(override, the filter's processing_mode):
+// header and trailer modes left DEFAULT in the override keep the filter's configured mode (not a
+// per-route one), body modes are taken as they are. If allowed_override_modes is set, that
+// effective mode must equal one of them in every field but request_header_mode. Overrides are
+// ignored with send_body_without_waiting_for_header_response (and with a FULL_DUPLEX_STREAMED body
+// mode, which the test data plane refuses at LDS). An override asking for a body mode is ignored
+// here: the test data plane processes no bodies (see CONFORMANCE.md).
 func (s *extProcStream) overrideMode(resp *extprocv3.ProcessingResponse) {
 	mo := resp.GetModeOverride()
-	if mo == nil || !s.cfg.GetAllowModeOverride() {
+	if mo == nil || !s.cfg.GetAllowModeOverride() || s.cfg.GetSendBodyWithoutWaitingForHeaderResponse() {
+		return
+	}
+	eff := effectiveModeOverride(mo, s.cfg.GetProcessingMode())
+	if eff.GetRequestBodyMode() != extprocfilterv3.ProcessingMode_NONE || eff.GetResponseBodyMode() != extprocfilterv3.ProcessingMode_NONE {
 		return
 	}
 	if allowed := s.cfg.GetAllowedOverrideModes(); len(allowed) > 0 {
 		ok := false
 		for _, a := range allowed {
-			if a.GetRequestHeaderMode() == mo.GetRequestHeaderMode() && a.GetResponseHeaderMode() == mo.GetResponseHeaderMode() &&
-				a.GetRequestBodyMode() == mo.GetRequestBodyMode() && a.GetResponseBodyMode() == mo.GetResponseBodyMode() &&
-				a.GetRequestTrailerMode() == mo.GetRequestTrailerMode() && a.GetResponseTrailerMode() == mo.GetResponseTrailerMode() {
+			if a.GetResponseHeaderMode() == eff.GetResponseHeaderMode() &&
+				a.GetRequestBodyMode() == eff.GetRequestBodyMode() && a.GetResponseBodyMode() == eff.GetResponseBodyMode() &&
+				a.GetRequestTrailerMode() == eff.GetRequestTrailerMode() && a.GetResponseTrailerMode() == eff.GetResponseTrailerMode() {
 				ok = true
 			}
 		}
@@ -165,7 +175,31 @@ func (s *extProcStream) overrideMode(resp *extprocv3.ProcessingResponse) {
 			return
 		}
 	}
-	s.mode = mo
+	s.mode = eff
+}
+
+// effectiveModeOverride is ext_proc.cc's effectiveModeOverride: "DEFAULT header modes in a
+// ProcessingResponse mode_override have no effect (they are considered unset). Body modes are
+// always explicit."
+func effectiveModeOverride(target, existing *extprocfilterv3.ProcessingMode) *extprocfilterv3.ProcessingMode {
+	m := &extprocfilterv3.ProcessingMode{
+		RequestHeaderMode: existing.GetRequestHeaderMode(), ResponseHeaderMode: existing.GetResponseHeaderMode(),
+		RequestTrailerMode: existing.GetRequestTrailerMode(), ResponseTrailerMode: existing.GetResponseTrailerMode(),
+		RequestBodyMode: target.GetRequestBodyMode(), ResponseBodyMode: target.GetResponseBodyMode(),
+	}
+	if v := target.GetRequestHeaderMode(); v != extprocfilterv3.ProcessingMode_DEFAULT {
+		m.RequestHeaderMode = v
+	}
+	if v := target.GetResponseHeaderMode(); v != extprocfilterv3.ProcessingMode_DEFAULT {
+		m.ResponseHeaderMode = v
+	}
+	if v := target.GetRequestTrailerMode(); v != extprocfilterv3.ProcessingMode_DEFAULT {
+		m.RequestTrailerMode = v
+	}
+	if v := target.GetResponseTrailerMode(); v != extprocfilterv3.ProcessingMode_DEFAULT {
+		m.ResponseTrailerMode = v
+	}
+	return m
 }
 
 // headerMap is what Envoy sends: pseudo-headers, then each header as raw_value with a lower-case
