@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -43,13 +44,18 @@ func (c *cluster) grpcClient() (*grpc.ClientConn, error) {
 	return c.grpcConn, c.grpcErr
 }
 
-// extProcStream is one HTTP request's ext_proc stream with its effective processing mode.
+// extProcStream is one HTTP request's ext_proc stream with its effective processing mode. The
+// gRPC stream is started with the first message, under that message's timer (see exchange).
 type extProcStream struct {
 	cfg     *extprocfilterv3.ExternalProcessor
-	stream  extprocv3.ExternalProcessor_ProcessClient
+	client  extprocv3.ExternalProcessorClient
+	ctx     context.Context
 	cancel  context.CancelFunc
 	timeout time.Duration
 	mode    *extprocfilterv3.ProcessingMode
+
+	mu     sync.Mutex
+	stream extprocv3.ExternalProcessor_ProcessClient // nil until started
 }
 
 // perRoute is the route's ExtProcPerRoute under the filter's name (typed_per_filter_config of the
@@ -70,8 +76,9 @@ func perRoute(e *routeEntry, name string) *extprocfilterv3.ExtProcPerRoute {
 	return nil
 }
 
-// openExtProc starts the stream on the filter's cluster; a missing cluster or a failed start is a
-// gRPC error (fail-open with failure_mode_allow).
+// openExtProc prepares the stream on the filter's cluster: a missing cluster is a gRPC error
+// (fail-open with failure_mode_allow). Like Envoy's async client, nothing waits for a connection
+// here: the stream starts with the first message (exchange).
 func (d *DataPlane) openExtProc(ctx context.Context, cfg *extprocfilterv3.ExternalProcessor, pr *extprocfilterv3.ExtProcPerRoute) (*extProcStream, error) {
 	c := d.clusters.get(cfg.GetGrpcService().GetEnvoyGrpc().GetClusterName())
 	if c == nil {
@@ -92,11 +99,6 @@ func (d *DataPlane) openExtProc(ctx context.Context, cfg *extprocfilterv3.Extern
 	if len(md) > 0 {
 		ctx = metadata.AppendToOutgoingContext(ctx, md...)
 	}
-	stream, err := extprocv3.NewExternalProcessorClient(conn).Process(ctx)
-	if err != nil {
-		cancel()
-		return nil, err
-	}
 	mode := cfg.GetProcessingMode()
 	if m := pr.GetOverrides().GetProcessingMode(); m != nil {
 		mode = m
@@ -105,27 +107,52 @@ func (d *DataPlane) openExtProc(ctx context.Context, cfg *extprocfilterv3.Extern
 		mode = &extprocfilterv3.ProcessingMode{}
 	}
 	timeout := durationOr(cfg.MessageTimeout.AsDuration(), 200*time.Millisecond) // default message_timeout
-	return &extProcStream{cfg: cfg, stream: stream, cancel: cancel, timeout: timeout, mode: mode}, nil
+	return &extProcStream{cfg: cfg, client: extprocv3.NewExternalProcessorClient(conn), ctx: ctx, cancel: cancel,
+		timeout: timeout, mode: mode}, nil
 }
 
-// exchange sends one message and waits message_timeout for the answer.
+// exchange sends one message and waits message_timeout for the answer. The timer runs from before
+// the stream exists, as in Envoy: Filter::onHeaders opens the stream (Grpc::AsyncClient start,
+// which only queues it on the HTTP/2 pool), starts the message timer (onStartProcessorCall) and
+// then sends; the pool hands the stream a connection once the transport is connected, without
+// waiting for the server's SETTINGS (source/common/http/conn_pool_base.cc,
+// MultiplexedActiveClientBase::onSettings; source/common/conn_pool/conn_pool_base.cc,
+// onConnectionEvent). So a processor that accepts TCP and never answers costs message_timeout,
+// and one that refuses the connection fails the stream at once (pool failure, then onGrpcError).
 func (s *extProcStream) exchange(req *extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error) {
-	if err := s.stream.Send(req); err != nil {
-		return nil, err
-	}
 	type result struct {
 		resp *extprocv3.ProcessingResponse
 		err  error
 	}
 	ch := make(chan result, 1)
 	go func() {
-		r, err := s.stream.Recv()
+		s.mu.Lock()
+		st := s.stream
+		s.mu.Unlock()
+		if st == nil {
+			// grpc-go blocks here while the channel connects and fails at once when it cannot.
+			var err error
+			if st, err = s.client.Process(s.ctx); err != nil {
+				ch <- result{nil, err}
+				return
+			}
+			s.mu.Lock()
+			s.stream = st
+			s.mu.Unlock()
+		}
+		if err := st.Send(req); err != nil {
+			ch <- result{nil, err}
+			return
+		}
+		r, err := st.Recv()
 		ch <- result{r, err}
 	}()
+	timer := time.NewTimer(s.timeout)
+	defer timer.Stop()
 	select {
 	case r := <-ch:
 		return r.resp, r.err
-	case <-time.After(s.timeout):
+	case <-timer.C:
 		s.cancel()
 		return nil, errMessageTimeout
 	}
@@ -133,7 +160,11 @@ func (s *extProcStream) exchange(req *extprocv3.ProcessingRequest) (*extprocv3.P
 
 // close ends the stream (Envoy closes it once no further message is expected).
 func (s *extProcStream) close() {
-	s.stream.CloseSend()
+	s.mu.Lock()
+	if s.stream != nil {
+		s.stream.CloseSend()
+	}
+	s.mu.Unlock()
 	s.cancel()
 }
 
