@@ -56,6 +56,7 @@ type extProcStream struct {
 
 	mu     sync.Mutex
 	stream extprocv3.ExternalProcessor_ProcessClient // nil until started
+	busy   bool                                      // an exchange's goroutine is using stream
 }
 
 // perRoute is the route's ExtProcPerRoute under the filter's name (typed_per_filter_config of the
@@ -125,7 +126,16 @@ func (s *extProcStream) exchange(req *extprocv3.ProcessingRequest) (*extprocv3.P
 		err  error
 	}
 	ch := make(chan result, 1)
+	s.mu.Lock()
+	s.busy = true
+	s.mu.Unlock()
 	go func() {
+		finish := func(r *extprocv3.ProcessingResponse, err error) {
+			s.mu.Lock()
+			s.busy = false
+			s.mu.Unlock()
+			ch <- result{r, err}
+		}
 		s.mu.Lock()
 		st := s.stream
 		s.mu.Unlock()
@@ -133,7 +143,7 @@ func (s *extProcStream) exchange(req *extprocv3.ProcessingRequest) (*extprocv3.P
 			// grpc-go blocks here while the channel connects and fails at once when it cannot.
 			var err error
 			if st, err = s.client.Process(s.ctx); err != nil {
-				ch <- result{nil, err}
+				finish(nil, err)
 				return
 			}
 			s.mu.Lock()
@@ -141,11 +151,10 @@ func (s *extProcStream) exchange(req *extprocv3.ProcessingRequest) (*extprocv3.P
 			s.mu.Unlock()
 		}
 		if err := st.Send(req); err != nil {
-			ch <- result{nil, err}
+			finish(nil, err)
 			return
 		}
-		r, err := st.Recv()
-		ch <- result{r, err}
+		finish(st.Recv())
 	}()
 	timer := time.NewTimer(s.timeout)
 	defer timer.Stop()
@@ -158,10 +167,11 @@ func (s *extProcStream) exchange(req *extprocv3.ProcessingRequest) (*extprocv3.P
 	}
 }
 
-// close ends the stream (Envoy closes it once no further message is expected).
+// close ends the stream (Envoy closes it once no further message is expected). A stream still in
+// an exchange that timed out is only cancelled (reset): gRPC streams take one sender at a time.
 func (s *extProcStream) close() {
 	s.mu.Lock()
-	if s.stream != nil {
+	if s.stream != nil && !s.busy {
 		s.stream.CloseSend()
 	}
 	s.mu.Unlock()
