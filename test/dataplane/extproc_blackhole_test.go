@@ -74,6 +74,7 @@ func TestExtProcBlackHole(t *testing.T) {
 				start := time.Now()
 				code, _ := get(t, c, f.url("/"))
 				took := time.Since(start)
+				t.Logf("request %d: %d after %v", i, code, took.Round(time.Millisecond))
 				if code != tc.wantCode {
 					t.Errorf("request %d: %d, want %d", i, code, tc.wantCode)
 				}
