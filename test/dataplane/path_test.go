@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
@@ -143,4 +144,23 @@ func TestPathNormalizedBeforeRouting(t *testing.T) {
 			t.Errorf("h2=%v: %d requests reached an upstream after refused paths", h2, n-before)
 		}
 	}
+}
+
+// FuzzCanonicalizeURLPath: whatever the input, the canonical path starts with '/', has no '\', and
+// no "." or ".." segment is left (googleurl resolves them, also when spelled %2e).
+func FuzzCanonicalizeURLPath(f *testing.F) {
+	for _, s := range []string{"/a/b/../c", "a/..\\c", "/%2e%2E/x", "/a%%300", "/.%00../", "..", "/x/.%2e", "%", "/%2", "\\\\"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, p string) {
+		out, _ := canonicalizeURLPath(p)
+		if out == "" || out[0] != '/' || strings.IndexByte(out, '\\') >= 0 {
+			t.Fatalf("%q -> %q", p, out)
+		}
+		for _, seg := range strings.Split(out, "/") {
+			if seg == "." || seg == ".." {
+				t.Fatalf("%q -> %q keeps a dot segment", p, out)
+			}
+		}
+	})
 }
