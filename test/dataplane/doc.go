@@ -15,14 +15,19 @@
 //     listener's routes and SDS secrets arrived; later listener updates warm likewise while the
 //     active listener serves.
 //   - Connection manager: underscore headers per headers_with_underscores_action (400 + close on
-//     HTTP/1, stream reset on HTTP/2); path normalization; XFF appended with use_remote_address;
-//     internal_only_headers removed from non-internal requests (internal_address_config, none by
-//     default) before the route is chosen; XFCC SANITIZE_SET; the route, and a cluster_header
-//     cluster, fixed before the first filter and re-matched only after a filter cleared the cache.
+//     HTTP/1, stream reset on HTTP/2); path normalization in Envoy's order (escaped slashes,
+//     googleurl's canonicalization, then merge_slashes; a fragment or an escaped NUL is a 400); XFF
+//     appended with use_remote_address; internal_only_headers removed from non-internal requests
+//     (internal_address_config: unset, no peer is internal; empty cidr_ranges, Envoy's RFC1918 and
+//     loopback default) before the route is chosen; XFCC SANITIZE_SET; the route, and a
+//     cluster_header cluster, fixed before the first filter and re-matched only after a filter
+//     cleared the cache.
 //   - header_mutation never clears the route cache. ext_proc clears it only for a header mutation
 //     with clear_route_cache; fail-open keeps the route; reads only the deprecated append
 //     BoolValue; mutation_rules as the shared Checker; rejected mutations answer 500;
-//     ImmediateResponse; allow_mode_override with the response_headers phase; per-route overrides.
+//     ImmediateResponse; allow_mode_override as effectiveModeOverride (DEFAULT keeps the filter's
+//     mode) with the response_headers phase; per-route overrides; message_timeout runs from before
+//     the stream connects, so a processor that never speaks HTTP/2 costs the whole timeout.
 //   - Router: NC with cluster_not_found_response_code for unknown or warming clusters;
 //     request_headers_to_remove/add at forwarding; retries only for the route's retry_on, with
 //     previous_hosts; generic upgrade payload held until 101 (a refused upgrade closes the

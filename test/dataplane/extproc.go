@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -43,13 +44,19 @@ func (c *cluster) grpcClient() (*grpc.ClientConn, error) {
 	return c.grpcConn, c.grpcErr
 }
 
-// extProcStream is one HTTP request's ext_proc stream with its effective processing mode.
+// extProcStream is one HTTP request's ext_proc stream with its effective processing mode. The
+// gRPC stream is started with the first message, under that message's timer (see exchange).
 type extProcStream struct {
 	cfg     *extprocfilterv3.ExternalProcessor
-	stream  extprocv3.ExternalProcessor_ProcessClient
+	client  extprocv3.ExternalProcessorClient
+	ctx     context.Context
 	cancel  context.CancelFunc
 	timeout time.Duration
 	mode    *extprocfilterv3.ProcessingMode
+
+	mu     sync.Mutex
+	stream extprocv3.ExternalProcessor_ProcessClient // nil until started
+	busy   bool                                      // an exchange's goroutine is using stream
 }
 
 // perRoute is the route's ExtProcPerRoute under the filter's name (typed_per_filter_config of the
@@ -70,8 +77,9 @@ func perRoute(e *routeEntry, name string) *extprocfilterv3.ExtProcPerRoute {
 	return nil
 }
 
-// openExtProc starts the stream on the filter's cluster; a missing cluster or a failed start is a
-// gRPC error (fail-open with failure_mode_allow).
+// openExtProc prepares the stream on the filter's cluster: a missing cluster is a gRPC error
+// (fail-open with failure_mode_allow). Like Envoy's async client, nothing waits for a connection
+// here: the stream starts with the first message (exchange).
 func (d *DataPlane) openExtProc(ctx context.Context, cfg *extprocfilterv3.ExternalProcessor, pr *extprocfilterv3.ExtProcPerRoute) (*extProcStream, error) {
 	c := d.clusters.get(cfg.GetGrpcService().GetEnvoyGrpc().GetClusterName())
 	if c == nil {
@@ -92,11 +100,6 @@ func (d *DataPlane) openExtProc(ctx context.Context, cfg *extprocfilterv3.Extern
 	if len(md) > 0 {
 		ctx = metadata.AppendToOutgoingContext(ctx, md...)
 	}
-	stream, err := extprocv3.NewExternalProcessorClient(conn).Process(ctx)
-	if err != nil {
-		cancel()
-		return nil, err
-	}
 	mode := cfg.GetProcessingMode()
 	if m := pr.GetOverrides().GetProcessingMode(); m != nil {
 		mode = m
@@ -105,35 +108,73 @@ func (d *DataPlane) openExtProc(ctx context.Context, cfg *extprocfilterv3.Extern
 		mode = &extprocfilterv3.ProcessingMode{}
 	}
 	timeout := durationOr(cfg.MessageTimeout.AsDuration(), 200*time.Millisecond) // default message_timeout
-	return &extProcStream{cfg: cfg, stream: stream, cancel: cancel, timeout: timeout, mode: mode}, nil
+	return &extProcStream{cfg: cfg, client: extprocv3.NewExternalProcessorClient(conn), ctx: ctx, cancel: cancel,
+		timeout: timeout, mode: mode}, nil
 }
 
-// exchange sends one message and waits message_timeout for the answer.
+// exchange sends one message and waits message_timeout for the answer. The timer runs from before
+// the stream exists, as in Envoy: Filter::onHeaders opens the stream (Grpc::AsyncClient start,
+// which only queues it on the HTTP/2 pool), starts the message timer (onStartProcessorCall) and
+// then sends; the pool hands the stream a connection once the transport is connected, without
+// waiting for the server's SETTINGS (source/common/http/conn_pool_base.cc,
+// MultiplexedActiveClientBase::onSettings; source/common/conn_pool/conn_pool_base.cc,
+// onConnectionEvent). So a processor that accepts TCP and never answers costs message_timeout,
+// and one that refuses the connection fails the stream at once (pool failure, then onGrpcError).
 func (s *extProcStream) exchange(req *extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error) {
-	if err := s.stream.Send(req); err != nil {
-		return nil, err
-	}
 	type result struct {
 		resp *extprocv3.ProcessingResponse
 		err  error
 	}
 	ch := make(chan result, 1)
+	s.mu.Lock()
+	s.busy = true
+	s.mu.Unlock()
 	go func() {
-		r, err := s.stream.Recv()
-		ch <- result{r, err}
+		finish := func(r *extprocv3.ProcessingResponse, err error) {
+			s.mu.Lock()
+			s.busy = false
+			s.mu.Unlock()
+			ch <- result{r, err}
+		}
+		s.mu.Lock()
+		st := s.stream
+		s.mu.Unlock()
+		if st == nil {
+			// grpc-go blocks here while the channel connects and fails at once when it cannot.
+			var err error
+			if st, err = s.client.Process(s.ctx); err != nil {
+				finish(nil, err)
+				return
+			}
+			s.mu.Lock()
+			s.stream = st
+			s.mu.Unlock()
+		}
+		if err := st.Send(req); err != nil {
+			finish(nil, err)
+			return
+		}
+		finish(st.Recv())
 	}()
+	timer := time.NewTimer(s.timeout)
+	defer timer.Stop()
 	select {
 	case r := <-ch:
 		return r.resp, r.err
-	case <-time.After(s.timeout):
+	case <-timer.C:
 		s.cancel()
 		return nil, errMessageTimeout
 	}
 }
 
-// close ends the stream (Envoy closes it once no further message is expected).
+// close ends the stream (Envoy closes it once no further message is expected). A stream still in
+// an exchange that timed out is only cancelled (reset): gRPC streams take one sender at a time.
 func (s *extProcStream) close() {
-	s.stream.CloseSend()
+	s.mu.Lock()
+	if s.stream != nil && !s.busy {
+		s.stream.CloseSend()
+	}
+	s.mu.Unlock()
 	s.cancel()
 }
 
@@ -145,19 +186,29 @@ func (s *extProcStream) sendResponseHeaders() bool {
 }
 
 // overrideMode applies ProcessingResponse.mode_override on a headers response when
-// allow_mode_override is set (and, if allowed_override_modes is set, the override is listed); the
-// override replaces the whole mode (Filter::onReceiveMessage).
+// allow_mode_override is set (Filter::onReceiveMessage, source/extensions/filters/http/ext_proc/
+// ext_proc.cc): the mode becomes effectiveModeOverride(override, the filter's processing_mode):
+// header and trailer modes left DEFAULT in the override keep the filter's configured mode (not a
+// per-route one), body modes are taken as they are. If allowed_override_modes is set, that
+// effective mode must equal one of them in every field but request_header_mode. Overrides are
+// ignored with send_body_without_waiting_for_header_response (and with a FULL_DUPLEX_STREAMED body
+// mode, which the test data plane refuses at LDS). An override asking for a body mode is ignored
+// here: the test data plane processes no bodies (see CONFORMANCE.md).
 func (s *extProcStream) overrideMode(resp *extprocv3.ProcessingResponse) {
 	mo := resp.GetModeOverride()
-	if mo == nil || !s.cfg.GetAllowModeOverride() {
+	if mo == nil || !s.cfg.GetAllowModeOverride() || s.cfg.GetSendBodyWithoutWaitingForHeaderResponse() {
+		return
+	}
+	eff := effectiveModeOverride(mo, s.cfg.GetProcessingMode())
+	if eff.GetRequestBodyMode() != extprocfilterv3.ProcessingMode_NONE || eff.GetResponseBodyMode() != extprocfilterv3.ProcessingMode_NONE {
 		return
 	}
 	if allowed := s.cfg.GetAllowedOverrideModes(); len(allowed) > 0 {
 		ok := false
 		for _, a := range allowed {
-			if a.GetRequestHeaderMode() == mo.GetRequestHeaderMode() && a.GetResponseHeaderMode() == mo.GetResponseHeaderMode() &&
-				a.GetRequestBodyMode() == mo.GetRequestBodyMode() && a.GetResponseBodyMode() == mo.GetResponseBodyMode() &&
-				a.GetRequestTrailerMode() == mo.GetRequestTrailerMode() && a.GetResponseTrailerMode() == mo.GetResponseTrailerMode() {
+			if a.GetResponseHeaderMode() == eff.GetResponseHeaderMode() &&
+				a.GetRequestBodyMode() == eff.GetRequestBodyMode() && a.GetResponseBodyMode() == eff.GetResponseBodyMode() &&
+				a.GetRequestTrailerMode() == eff.GetRequestTrailerMode() && a.GetResponseTrailerMode() == eff.GetResponseTrailerMode() {
 				ok = true
 			}
 		}
@@ -165,7 +216,31 @@ func (s *extProcStream) overrideMode(resp *extprocv3.ProcessingResponse) {
 			return
 		}
 	}
-	s.mode = mo
+	s.mode = eff
+}
+
+// effectiveModeOverride is ext_proc.cc's effectiveModeOverride: "DEFAULT header modes in a
+// ProcessingResponse mode_override have no effect (they are considered unset). Body modes are
+// always explicit."
+func effectiveModeOverride(target, existing *extprocfilterv3.ProcessingMode) *extprocfilterv3.ProcessingMode {
+	m := &extprocfilterv3.ProcessingMode{
+		RequestHeaderMode: existing.GetRequestHeaderMode(), ResponseHeaderMode: existing.GetResponseHeaderMode(),
+		RequestTrailerMode: existing.GetRequestTrailerMode(), ResponseTrailerMode: existing.GetResponseTrailerMode(),
+		RequestBodyMode: target.GetRequestBodyMode(), ResponseBodyMode: target.GetResponseBodyMode(),
+	}
+	if v := target.GetRequestHeaderMode(); v != extprocfilterv3.ProcessingMode_DEFAULT {
+		m.RequestHeaderMode = v
+	}
+	if v := target.GetResponseHeaderMode(); v != extprocfilterv3.ProcessingMode_DEFAULT {
+		m.ResponseHeaderMode = v
+	}
+	if v := target.GetRequestTrailerMode(); v != extprocfilterv3.ProcessingMode_DEFAULT {
+		m.RequestTrailerMode = v
+	}
+	if v := target.GetResponseTrailerMode(); v != extprocfilterv3.ProcessingMode_DEFAULT {
+		m.ResponseTrailerMode = v
+	}
+	return m
 }
 
 // headerMap is what Envoy sends: pseudo-headers, then each header as raw_value with a lower-case

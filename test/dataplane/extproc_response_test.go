@@ -18,19 +18,34 @@ import (
 // mode_override {response_header_mode: SEND} opens the response_headers phase for that request
 // (the filter's processing_mode skips it); an ImmediateResponse there replaces the upstream's
 // answer; without allow_mode_override the override is ignored; fail-open in the response phase
-// keeps the upstream's answer.
+// keeps the upstream's answer. The override is effectiveModeOverride's (ext_proc.cc): header modes
+// it leaves DEFAULT keep the filter's, and allowed_override_modes is matched against that
+// effective mode, request_header_mode aside.
 func TestExtProcModeOverride(t *testing.T) {
+	sendResponse := &extprocfilterv3.ProcessingMode{ResponseHeaderMode: extprocfilterv3.ProcessingMode_SEND}
+	// What effectiveModeOverride makes of sendResponse with the filter's mode, but for
+	// request_header_mode, which allowed_override_modes matching ignores.
+	effective := &extprocfilterv3.ProcessingMode{RequestHeaderMode: extprocfilterv3.ProcessingMode_SKIP,
+		ResponseHeaderMode: extprocfilterv3.ProcessingMode_SEND, RequestTrailerMode: extprocfilterv3.ProcessingMode_SKIP,
+		ResponseTrailerMode: extprocfilterv3.ProcessingMode_SKIP}
 	for _, tc := range []struct {
 		name      string
 		allow     bool
 		slow      bool
+		override  *extprocfilterv3.ProcessingMode
+		allowed   []*extprocfilterv3.ProcessingMode
 		wantCode  int
 		wantBody  string
 		responses int
 	}{
-		{"override allowed", true, false, 200, "merged", 1},
-		{"override not allowed", false, false, 200, "a", 0},
-		{"response phase times out: fail open", true, true, 200, "a", 1},
+		{"override allowed", true, false, sendResponse, nil, 200, "merged", 1},
+		{"override not allowed", false, false, sendResponse, nil, 200, "a", 0},
+		{"response phase times out: fail open", true, true, sendResponse, nil, 200, "a", 1},
+		// effectiveModeOverride: DEFAULT header modes keep the filter's (response_header_mode SKIP).
+		{"DEFAULT in the override keeps the configured mode", true, false,
+			&extprocfilterv3.ProcessingMode{RequestHeaderMode: extprocfilterv3.ProcessingMode_SEND}, nil, 200, "a", 0},
+		{"allowed_override_modes matches the effective mode", true, false, sendResponse, []*extprocfilterv3.ProcessingMode{effective}, 200, "merged", 1},
+		{"allowed_override_modes does not match the raw override", true, false, sendResponse, []*extprocfilterv3.ProcessingMode{sendResponse}, 200, "a", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a := newUpstream(t, "a")
@@ -47,10 +62,12 @@ func TestExtProcModeOverride(t *testing.T) {
 					}}}, nil
 				}
 				r := headersResponse(true, setHdr("x-route", "a", nil))
-				r.ModeOverride = &extprocfilterv3.ProcessingMode{ResponseHeaderMode: extprocfilterv3.ProcessingMode_SEND}
+				r.ModeOverride = tc.override
 				return r, nil
 			})
-			f := startFront(t, Delta, listener(t, nil, extprocFilter(t, func(c *extprocfilterv3.ExternalProcessor) { c.AllowModeOverride = tc.allow })),
+			f := startFront(t, Delta, listener(t, nil, extprocFilter(t, func(c *extprocfilterv3.ExternalProcessor) {
+				c.AllowModeOverride, c.AllowedOverrideModes = tc.allow, tc.allowed
+			})),
 				routes(routeByHeader("by-header", "x-route")), plainCluster("a", a.addr()), extprocCluster(t, ep))
 			f.waitActive("a")
 			f.waitActive("extproc")

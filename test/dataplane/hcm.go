@@ -17,18 +17,32 @@ import (
 
 var discardLog = log.New(io.Discard, "", 0)
 
-// internalAddresses is the HCM's internal_address_config: a peer is internal if it is a unix socket
-// and unix_sockets is set, or its IP is in cidr_ranges. Without the field no peer is internal: the
-// RFC1918 default sat behind the runtime guard explicit_internal_address_config, which 1.36.0
-// removed, keeping "trust no address" (source/extensions/filters/network/
-// http_connection_manager/config.cc createInternalAddressConfig; changelogs/1.36.0.yaml).
+// internalAddresses is the HCM's internal_address_config (InternalAddressConfig::isInternalAddress,
+// source/extensions/filters/network/http_connection_manager/config.h): a pipe peer is internal iff
+// unix_sockets; with cidr_ranges an IP peer is internal iff it is in one of them; with the field set
+// but cidr_ranges empty Envoy falls back to Network::Utility::isInternalAddress
+// (source/common/network/utility.cc): 10/8, 172.16/12, 192.168/16, exactly 127.0.0.1, fd00::/8 and
+// exactly ::1 (the code tests the first byte for 0xfd, not the fc00::/7 its comment names). Without
+// the field no peer is internal: the RFC1918 default sat behind the runtime guard
+// envoy.reloadable_features.explicit_internal_address_config (config.cc
+// createInternalAddressConfig), which 1.36.0 removed with its legacy path (changelogs/1.36.0.yaml).
 type internalAddresses struct {
+	set    bool
 	unix   bool
 	ranges []netip.Prefix
 }
 
+// envoyDefaultInternal is Network::Utility::isInternalAddress as prefixes.
+var envoyDefaultInternal = []netip.Prefix{
+	netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("172.16.0.0/12"), netip.MustParsePrefix("192.168.0.0/16"),
+	netip.MustParsePrefix("127.0.0.1/32"), netip.MustParsePrefix("fd00::/8"), netip.MustParsePrefix("::1/128"),
+}
+
 func newInternalAddresses(c *hcmv3.HttpConnectionManager_InternalAddressConfig) (*internalAddresses, error) {
-	ia := &internalAddresses{unix: c.GetUnixSockets()}
+	if c == nil {
+		return &internalAddresses{}, nil
+	}
+	ia := &internalAddresses{set: true, unix: c.GetUnixSockets()}
 	for _, r := range c.GetCidrRanges() {
 		a, err := netip.ParseAddr(r.AddressPrefix)
 		if err != nil {
@@ -40,14 +54,22 @@ func newInternalAddresses(c *hcmv3.HttpConnectionManager_InternalAddressConfig) 
 		}
 		ia.ranges = append(ia.ranges, p)
 	}
+	if len(ia.ranges) == 0 {
+		ia.ranges = envoyDefaultInternal
+	}
 	return ia, nil
 }
 
 func (ia *internalAddresses) internal(remote string) bool {
+	if !ia.set {
+		return false
+	}
 	ap, err := netip.ParseAddrPort(remote)
 	if err != nil {
-		return ia.unix && strings.HasPrefix(remote, "@") || ia.unix && strings.HasPrefix(remote, "/")
+		return ia.unix && (strings.HasPrefix(remote, "@") || strings.HasPrefix(remote, "/"))
 	}
+	// A v4-mapped peer on a dual-stack socket is an IPv4 address to Envoy
+	// (Address::addressFromSockAddr with v6only false).
 	for _, p := range ia.ranges {
 		if p.Contains(ap.Addr().Unmap()) {
 			return true

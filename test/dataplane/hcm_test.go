@@ -78,3 +78,74 @@ func TestHeadersWithUnderscores(t *testing.T) {
 		t.Errorf("DROP_HEADER forwarded the header: %q", v)
 	}
 }
+
+// TestInternalAddressConfig: InternalAddressConfig::isInternalAddress (http_connection_manager/
+// config.h): unset, no peer is internal (1.36.0 removed the RFC1918 fallback); set with cidr_ranges,
+// only those; set with empty cidr_ranges, Network::Utility::isInternalAddress: RFC1918, exactly
+// 127.0.0.1, fd00::/8 and exactly ::1. skewgate's ranges (0.0.0.0/32, ::/128) trust no peer.
+func TestInternalAddressConfig(t *testing.T) {
+	skewgate := &hcmv3.HttpConnectionManager_InternalAddressConfig{CidrRanges: []*corev3.CidrRange{
+		{AddressPrefix: "0.0.0.0", PrefixLen: wrapperspb.UInt32(32)}, {AddressPrefix: "::", PrefixLen: wrapperspb.UInt32(128)}}}
+	for _, tc := range []struct {
+		name     string
+		cfg      *hcmv3.HttpConnectionManager_InternalAddressConfig
+		internal []string
+		external []string
+	}{
+		{"unset", nil, nil, []string{"127.0.0.1:1", "10.0.0.1:1", "[::1]:1", "[fd00::1]:1", "/run/sock"}},
+		{"empty: Envoy's default ranges", &hcmv3.HttpConnectionManager_InternalAddressConfig{},
+			[]string{"127.0.0.1:1", "10.1.2.3:1", "172.16.0.1:1", "172.31.255.255:1", "192.168.1.1:1", "[::1]:1", "[fd12::1]:1", "[::ffff:10.0.0.1]:1"},
+			[]string{"127.0.0.2:1", "172.32.0.1:1", "11.0.0.1:1", "203.0.113.1:1", "[fc00::1]:1", "[fe80::1]:1", "[2001:db8::1]:1", "/run/sock"}},
+		{"unix_sockets only: IP peers still get the default ranges", &hcmv3.HttpConnectionManager_InternalAddressConfig{UnixSockets: true},
+			[]string{"/run/sock", "@abstract", "127.0.0.1:1", "10.0.0.1:1"}, []string{"203.0.113.1:1"}},
+		{"cidr_ranges: only those", &hcmv3.HttpConnectionManager_InternalAddressConfig{CidrRanges: []*corev3.CidrRange{
+			{AddressPrefix: "100.64.0.0", PrefixLen: wrapperspb.UInt32(10)}}},
+			[]string{"100.64.0.1:1", "100.127.255.255:1"}, []string{"127.0.0.1:1", "10.0.0.1:1", "[::1]:1", "/run/sock"}},
+		{"skewgate's ranges", skewgate, nil,
+			[]string{"127.0.0.1:1", "127.0.0.5:1", "10.0.0.1:1", "192.168.0.1:1", "[::1]:1", "[fd00::1]:1", "[::ffff:127.0.0.1]:1", "/run/sock"}},
+	} {
+		ia, err := newInternalAddresses(tc.cfg)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		for _, p := range tc.internal {
+			if !ia.internal(p) {
+				t.Errorf("%s: %s is not internal, Envoy calls it internal", tc.name, p)
+			}
+		}
+		for _, p := range tc.external {
+			if ia.internal(p) {
+				t.Errorf("%s: %s is internal, Envoy calls it external", tc.name, p)
+			}
+		}
+	}
+}
+
+// TestEmptyInternalAddressConfigTrustsLoopback: through the connection manager, an
+// internal_address_config without cidr_ranges makes a loopback client internal, so it keeps an
+// internal_only_header and routes by it; skewgate's ranges strip it before route selection.
+func TestEmptyInternalAddressConfigTrustsLoopback(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  *hcmv3.HttpConnectionManager_InternalAddressConfig
+		want string
+	}{
+		{"empty cidr_ranges", &hcmv3.HttpConnectionManager_InternalAddressConfig{}, "a"},
+		{"skewgate's ranges", &hcmv3.HttpConnectionManager_InternalAddressConfig{CidrRanges: []*corev3.CidrRange{
+			{AddressPrefix: "0.0.0.0", PrefixLen: wrapperspb.UInt32(32)}, {AddressPrefix: "::", PrefixLen: wrapperspb.UInt32(128)}}}, "b"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := newUpstream(t, "a"), newUpstream(t, "b")
+			rc := routes(routeByHeader("by-header", "x-route"), routeTo("default", "b"))
+			rc.InternalOnlyHeaders = []string{"x-route"}
+			f := startFront(t, Delta, listener(t, func(h *hcmv3.HttpConnectionManager) {
+				h.UseRemoteAddress, h.InternalAddressConfig = wrapperspb.Bool(true), tc.cfg
+			}), rc, plainCluster("a", a.addr()), plainCluster("b", b.addr()))
+			f.waitActive("a")
+			f.waitActive("b")
+			if _, body := get(t, f.client(false), f.url("/"), "x-route", "a"); body != tc.want {
+				t.Errorf("a loopback client's x-route routed to %q, want %q", body, tc.want)
+			}
+		})
+	}
+}

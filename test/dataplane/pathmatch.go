@@ -5,7 +5,9 @@ import (
 	"strings"
 
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 // Route matchers beyond the plain prefix, as Envoy's router has them (source/common/router/
@@ -144,11 +146,15 @@ func directResponse(w http.ResponseWriter, r *http.Request, route *routev3.Route
 }
 
 // SelectRoute is the route Envoy's router table picks for a request that arrived with method, path
-// (and query) and headers, after the connection manager's normalize_path and merge_slashes, before
-// any filter ran: the route a request keeps when ext_proc fails open. For tests that compare the
-// route table with other deciders.
+// (and query) and headers, after the connection manager's path normalization as skewgate configures
+// it (normalize_path, merge_slashes, escaped slashes kept), before any filter ran: the route a
+// request keeps when ext_proc fails open. For tests that compare the route table with other
+// deciders. A path the connection manager refuses (400, see NormalizeRequestPath) has no route.
 func SelectRoute(rc *routev3.RouteConfiguration, method, path string, header http.Header) *routev3.Route {
-	p := NormalizePath(path)
+	p, ok := NormalizeRequestPath(path)
+	if !ok {
+		return nil
+	}
 	if header == nil {
 		header = http.Header{}
 	}
@@ -158,13 +164,22 @@ func SelectRoute(rc *routev3.RouteConfiguration, method, path string, header htt
 	return nil
 }
 
-// NormalizePath is the path the connection manager routes and hands to filters (normalize_path and
-// merge_slashes, as this data plane applies them), query kept.
+// skewgateHCM is the part of skewgate's connection manager config that path normalization reads.
+var skewgateHCM = &hcmv3.HttpConnectionManager{NormalizePath: wrapperspb.Bool(true), MergeSlashes: true,
+	PathWithEscapedSlashesAction: hcmv3.HttpConnectionManager_KEEP_UNCHANGED}
+
+// NormalizeRequestPath is the :path the connection manager routes, hands to filters and forwards
+// (query kept), with normalize_path and merge_slashes as skewgate sets them; ok is false when Envoy
+// answers 400 instead (a fragment, an escaped NUL).
+func NormalizeRequestPath(path string) (string, bool) {
+	return normalizeRequestPath(path, skewgateHCM)
+}
+
+// NormalizePath is NormalizeRequestPath for paths known to be valid; a path Envoy refuses is
+// returned unchanged.
 func NormalizePath(path string) string {
-	p, q, hasQ := strings.Cut(path, "?")
-	p = normalizePath(p, true)
-	if hasQ {
-		p += "?" + q
+	if p, ok := NormalizeRequestPath(path); ok {
+		return p
 	}
-	return p
+	return path
 }

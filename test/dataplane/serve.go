@@ -29,15 +29,22 @@ func (d *DataPlane) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	if !rejectUnderscores(w, r, ch.hcm) {
 		return
 	}
-	rawPath := r.URL.EscapedPath()
-	if ch.hcm.GetNormalizePath().GetValue() {
-		rawPath = normalizePath(rawPath, ch.hcm.MergeSlashes)
+	// The :path as the client sent it (RequestURI), normalized as the connection manager does
+	// (path.go); an invalid one is answered 400 before anything else sees it.
+	path := r.RequestURI
+	if !strings.HasPrefix(path, "/") {
+		path = r.URL.EscapedPath()
+		if r.URL.RawQuery != "" {
+			path += "?" + r.URL.RawQuery
+		}
 	}
-	r.URL.RawPath, r.URL.Path = rawPath, unescapeOr(rawPath)
-	path := rawPath
-	if r.URL.RawQuery != "" {
-		path += "?" + r.URL.RawQuery
+	path, ok := normalizeRequestPath(path, ch.hcm)
+	if !ok {
+		localReply(w, ch, http.StatusBadRequest, "", "path_normalization_failed")
+		return
 	}
+	rawPath, rawQuery, _ := strings.Cut(path, "?")
+	r.URL.RawPath, r.URL.Path, r.URL.RawQuery = rawPath, unescapeOr(rawPath), rawQuery
 	d.mutateRequestHeaders(r, ch, rc.GetInternalOnlyHeaders())
 	view := &requestView{method: r.Method, path: path, authority: r.Host, scheme: "https", header: r.Header}
 	cache := &routeCache{rc: rc, view: view}

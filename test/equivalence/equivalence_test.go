@@ -231,7 +231,8 @@ func (f *fixture) verdict(t testing.TB, r request) string {
 
 // canonical is the path as Envoy's codec and normalize_path leave it: control characters and
 // spaces refused, a fragment refused (http_reject_path_with_fragment), other bytes outside printable
-// ASCII percent-encoded (url::CanonicalizePath), then normalized as the data plane does.
+// ASCII percent-encoded (url::CanonicalizePath), then normalized as the data plane does (which
+// refuses an escaped NUL with 400, before any route or ext_proc).
 func canonical(p string) (string, bool) {
 	var b strings.Builder
 	for i := 0; i < len(p); i++ {
@@ -247,7 +248,7 @@ func canonical(p string) (string, bool) {
 	if b.Len() == 0 || b.String()[0] != '/' {
 		return "", false
 	}
-	return dataplane.NormalizePath(b.String()), true
+	return dataplane.NormalizeRequestPath(b.String())
 }
 
 func encodedSlash(path string) bool {

@@ -118,6 +118,20 @@ func TestRouteTableMatchesExtProc(t *testing.T) {
 		"/apis/gadgets.example.com/v1/namespaces/%e/gadgets", "/api/v1/widgets/n%"} {
 		check("GET", p)
 	}
+	// Paths the connection manager normalizes (percent-encoded unreserved characters decoded, "..;"
+	// and "%2e%2e" segments, backslashes, "//.." canonicalized before slashes merge) go where the
+	// apiserver, which decodes them too, takes them; an escaped NUL is refused before both.
+	for _, p := range []string{"/apis/%61dmissionregistration.k8s.io/v1/mutatingadmissionpolicies",
+		"/apis/admissionregistration.k8s.io/v1/%6Dutatingadmissionpolicies/p",
+		"/apis/admissionregistration.k8s.io/v1/x/..;/mutatingadmissionpolicies",
+		"/apis\\admissionregistration.k8s.io\\v1\\mutatingadmissionpolicies",
+		"/apis/admissionregistration.k8s.io/v1/x//../mutatingadmissionpolicies",
+		"/apis/admissionregistration.k8s.io/v2/%2e%2e/v1/mutatingadmissionpolicies",
+		"/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies/%00"} {
+		for _, m := range []string{"GET", "POST", "DELETE"} {
+			check(m, p)
+		}
+	}
 	for _, p := range keyPaths(f) {
 		for _, m := range methods {
 			check(m, p)
