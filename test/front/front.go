@@ -222,7 +222,12 @@ const (
 )
 
 func dataPlaneConfig(xdsAddr string, logf func(string, ...any)) (dataplane.Config, error) {
-	cfg := dataplane.Config{XDSAddress: xdsAddr, NodeID: "front-1", NodeCluster: "skewgate-front", Logf: logf,
+	// The bootstrap skewgate renders for this Envoy: the stand-in takes its connection limit from it.
+	b, err := xds.Bootstrap(frontBootstrap(xdsAddr))
+	if err != nil {
+		return dataplane.Config{}, err
+	}
+	cfg := dataplane.Config{XDSAddress: xdsAddr, NodeID: "front-1", NodeCluster: "skewgate-front", Logf: logf, Bootstrap: b,
 		Protocol: dataplane.Protocol(os.Getenv(XDSProtocolEnv)), EnvoyVersion: os.Getenv(EnvoyVersionEnv)}
 	if s := os.Getenv(SeedEnv); s != "" {
 		seed, err := strconv.ParseUint(s, 10, 64)
@@ -264,9 +269,13 @@ func (f *Front) waitServing(ctx context.Context) error {
 	}
 }
 
+// frontBootstrap is the bootstrap of the front's Envoy (or of the stand-in).
+func frontBootstrap(xdsAddr string) xds.BootstrapOptions {
+	return xds.BootstrapOptions{NodeID: "front-1", NodeCluster: "skewgate-front", XDSAddress: xdsAddr, Delta: true, AdminAddress: "127.0.0.1:0"}
+}
+
 func (f *Front) startEnvoy(bin, xdsAddr string, o Options) error {
-	cmd, logf, err := startEnvoyProcess(bin, f.dir,
-		xds.BootstrapOptions{NodeID: "front-1", NodeCluster: "skewgate-front", XDSAddress: xdsAddr, Delta: true, AdminAddress: "127.0.0.1:0"},
+	cmd, logf, err := startEnvoyProcess(bin, f.dir, frontBootstrap(xdsAddr),
 		"--base-id", strconv.Itoa(o.Host*100+os.Getpid()%100))
 	if err != nil {
 		return err
