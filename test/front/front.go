@@ -223,7 +223,10 @@ const (
 
 func dataPlaneConfig(xdsAddr string, logf func(string, ...any)) (dataplane.Config, error) {
 	// The bootstrap skewgate renders for this Envoy: the stand-in takes its connection limit from it.
-	b, err := xds.Bootstrap(frontBootstrap(xdsAddr))
+	// The stand-in serves no admin listener; the address only has to pass validation.
+	bo := frontBootstrap(xdsAddr)
+	bo.AdminAddress = "127.0.0.1:9901"
+	b, err := xds.Bootstrap(bo)
 	if err != nil {
 		return dataplane.Config{}, err
 	}
