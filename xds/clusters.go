@@ -133,8 +133,8 @@ func (tb *translator) apiserverCluster(name string, addrs []string, kind cluster
 		// failures: unhealthy_threshold in a row) and, meanwhile, skipped by connect-failure retries.
 		// Read at envoyproxy/envoy: outlier_detection_impl.cc at 00c7146d95 (a recent main copy, with
 		// extension monitors), router.cc at 001b1c0cd4, upstream_request.cc (onPoolReady reports
-		// LOCAL_ORIGIN_CONNECT_SUCCESS); the index holds no copy at the 1.37.6..1.40.0 tags, and none of
-		// these paths changed in the copies it holds.
+		// LOCAL_ORIGIN_CONNECT_SUCCESS); the index holds no copy at the 1.37.6..1.40.0 tags; the
+		// router's reporting is the same in every copy of router.cc it holds.
 		// Sized for thousands of long-lived watches per upstream.
 		CircuitBreakers: &clusterv3.CircuitBreakers{Thresholds: []*clusterv3.CircuitBreakers_Thresholds{{
 			Priority:           corev3.RoutingPriority_DEFAULT,

@@ -18,8 +18,8 @@ type outlierHost struct {
 }
 
 // outlier enforces a cluster's outlier_detection for consecutive failures as
-// source/common/upstream/outlier_detection_impl.cc does (read at envoyproxy/envoy 00c7146d95, a recent
-// main copy; the paths below are the same in every copy of the file the source index holds):
+// source/common/upstream/outlier_detection_impl.cc does (read at envoyproxy/envoy 00c7146d95, a
+// recent main copy and the only one the source index holds; router.cc in several copies):
 //
 //   - A response code goes to putHttpResponseCode whatever split_external_local_origin_errors says
 //     (router.cc, Filter::onUpstreamHeaders): 502/503/504 count as gateway failures, any 5xx as a
