@@ -17,7 +17,6 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
-	"google.golang.org/protobuf/types/known/structpb"
 	"sigs.k8s.io/yaml"
 
 	"github.com/skewgate/skewgate/internal/grpcutil"
@@ -43,7 +42,8 @@ type BootstrapOptions struct {
 	// its owner may use (mode 0600), which no other local user or host-network pod can reach
 	// [127.0.0.1:9901].
 	AdminAddress string
-	// MaxConnections bounds downstream connections (overload manager) [50000].
+	// MaxConnections bounds the downstream connections of all listeners together (the overload
+	// manager's downstream-connections monitor, GlobalConnectionsMonitor) [50000].
 	MaxConnections int
 }
 
@@ -129,6 +129,9 @@ func (o BootstrapOptions) validate() error {
 	} else if adminHost, _, err := splitHostPort(o.AdminAddress); err != nil || net.ParseIP(adminHost) == nil || !net.ParseIP(adminHost).IsLoopback() {
 		errs = append(errs, fmt.Errorf("admin address %q must be a loopback ip:port or unix:///path: the admin API can change Envoy's state", o.AdminAddress))
 	}
+	if o.MaxConnections < 0 {
+		errs = append(errs, fmt.Errorf("max connections %d: want a positive number", o.MaxConnections))
+	}
 	errs = append(errs, grpcutil.CheckEndpoint("xDS address", o.XDSAddress, "--xds-ca-file, --xds-cert-file and --xds-key-file", o.XDSCAFile, o.XDSCertFile, o.XDSKeyFile)...)
 	if o.XDSCAFile != "" {
 		for _, f := range []string{o.XDSCAFile, o.XDSCertFile, o.XDSKeyFile, o.SDSDir} {
@@ -167,9 +170,7 @@ func Bootstrap(o BootstrapOptions) (*bootstrapv3.Bootstrap, error) {
 	if o.Delta {
 		apiType = corev3.ApiConfigSource_DELTA_GRPC
 	}
-	runtime, err := structpb.NewStruct(map[string]any{
-		"overload": map[string]any{"global_downstream_max_connections": o.MaxConnections},
-	})
+	overload, err := globalConnectionsMonitor(o.MaxConnections)
 	if err != nil {
 		return nil, err
 	}
@@ -188,10 +189,11 @@ func Bootstrap(o BootstrapOptions) (*bootstrapv3.Bootstrap, error) {
 			LdsConfig: adsSource(),
 		},
 		StaticResources: &bootstrapv3.Bootstrap_StaticResources{Clusters: []*clusterv3.Cluster{xdsCluster}},
-		Admin:           &bootstrapv3.Admin{Address: admin},
-		LayeredRuntime: &bootstrapv3.LayeredRuntime{Layers: []*bootstrapv3.RuntimeLayer{{
-			Name: "static", LayerSpecifier: &bootstrapv3.RuntimeLayer_StaticLayer{StaticLayer: runtime},
-		}}},
+		// The admin listener is loopback or a 0600 socket: it stays reachable to the operator when
+		// a flood holds every downstream connection (TcpListenerImpl::rejectCxOverGlobalLimit
+		// returns early for a listener with ignore_global_conn_limit).
+		Admin:           &bootstrapv3.Admin{Address: admin, IgnoreGlobalConnLimit: true},
+		OverloadManager: overload,
 	}
 	if err := b.ValidateAll(); err != nil {
 		return nil, fmt.Errorf("bootstrap: %w", err)

@@ -99,6 +99,7 @@ func TestBootstrapRefusesUnsafe(t *testing.T) {
 		"no xDS address":        func(o *BootstrapOptions) { o.XDSAddress = "" },
 		"key apart from cert":   func(o *BootstrapOptions) { o.XDSKeyFile = "/etc/skewgate/keys/tls.key" },
 		"relative SDS dir":      func(o *BootstrapOptions) { o.SDSDir = "sds" },
+		"negative max conns":    func(o *BootstrapOptions) { o.MaxConnections = -1 },
 	} {
 		o := exampleBootstrap()
 		mut(&o)
@@ -107,6 +108,11 @@ func TestBootstrapRefusesUnsafe(t *testing.T) {
 		}
 	}
 	o := exampleBootstrap()
+	o.MaxConnections = -1
+	if _, err := Bootstrap(o); err == nil || !strings.Contains(err.Error(), "max connections -1") {
+		t.Errorf("max connections -1: %v, want the limit named", err)
+	}
+	o = exampleBootstrap()
 	o.XDSAddress, o.XDSCAFile, o.XDSCertFile, o.XDSKeyFile = "unix:///run/skewgate/xds.sock", "", "", ""
 	if _, err := Bootstrap(o); err != nil {
 		t.Errorf("unix socket refused: %v", err)

@@ -14,15 +14,16 @@ import (
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 
 	"github.com/skewgate/skewgate/discovery"
+	"github.com/skewgate/skewgate/internal/wire"
 	"github.com/skewgate/skewgate/test/synthetic"
 )
 
 var dumpRegexes = flag.String("dump-regexes", "", "write every skew route pattern of the calibration set to this file, one a line")
 
 // calibrationPatterns are the patterns of every shape, for names of several lengths and the names
-// the classifier reads specially.
+// the classifier reads specially, and the routing header's pattern (wire.RoutedClusterPattern).
 func calibrationPatterns() []string {
-	var out []string
+	out := []string{wire.RoutedClusterPattern}
 	names := []string{"a", "widgets", "mutatingadmissionpolicies", "validatingadmissionpolicybindings", strings.Repeat("r", 40)}
 	for _, g := range []string{"", "admissionregistration.k8s.io"} {
 		for _, r := range append(names, "namespaces", "status") {

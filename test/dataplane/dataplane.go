@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -51,7 +52,10 @@ type Config struct {
 	// Seed seeds every random choice (host picks, tie breaks, retry back-off, start of round
 	// robin). 0: a random seed, logged so that a run can be reproduced.
 	Seed uint64
-	Logf func(format string, args ...any)
+	// Bootstrap is the bootstrap Envoy would start with; the stand-in reads its downstream
+	// connection limit (connlimit.go) and nothing else from it. Nil: no limit.
+	Bootstrap *bootstrapv3.Bootstrap
+	Logf      func(format string, args ...any)
 }
 
 // DataPlane is a running test data plane.
@@ -85,6 +89,7 @@ type DataPlane struct {
 	cancel   context.CancelFunc
 	done     chan struct{}
 	tlsSwap  *atomic.Pointer[tls.Config]
+	conns    *connLimit
 }
 
 // Seed is the seed of this run's random choices.
@@ -130,13 +135,17 @@ func Start(ctx context.Context, cfg Config) (*DataPlane, error) {
 		crand.Read(b[:])
 		seed = binary.LittleEndian.Uint64(b[:])
 	}
+	conns, err := newConnLimit(cfg.Bootstrap)
+	if err != nil {
+		return nil, err
+	}
 	conn, err := grpc.NewClient(cfg.XDSAddress, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return nil, err
 	}
 	rctx, cancel := context.WithCancel(context.Background())
 	d := &DataPlane{cfg: cfg, seed: seed, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
-		ready: make(chan struct{}), cmInit: make(chan struct{}), ctx: rctx, cancel: cancel, done: make(chan struct{})}
+		ready: make(chan struct{}), cmInit: make(chan struct{}), ctx: rctx, cancel: cancel, done: make(chan struct{}), conns: conns}
 	d.secrets = newSecretStore(rctx, d.logf)
 	d.clusters = clusterManager{active: map[string]*cluster{}, warming: map[string]*cluster{}}
 	d.logf("test data plane standing in for Envoy (seed %d); Envoy %s over %s xDS", seed, cfg.EnvoyVersion, cfg.Protocol)

@@ -34,8 +34,11 @@
 //     connection); local_reply_config mappers by response flag.
 //   - Clusters: warming until every host had its first health check; HTTP health checks with
 //     Envoy's thresholds over the socket transport_socket_match_criteria selects; outlier detection
-//     on consecutive local-origin and gateway failures; least-request P2C with random ties;
-//     healthy_panic_threshold; upstream TLS verified against trusted_ca and SAN matchers.
+//     on consecutive 5xx, gateway and local-origin failures (upstream answers count in split mode
+//     too); least-request P2C with random ties; healthy_panic_threshold; upstream TLS verified
+//     against trusted_ca and SAN matchers.
+//   - Listener: the bootstrap's global downstream connection limit (overload manager monitor, or
+//     the deprecated runtime key): over it a connection is accepted and closed at once.
 //   - Secrets: SDS files read on arrival and again only on a move into the watched path; inline
 //     certificates never reload.
 package dataplane

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
@@ -211,13 +212,19 @@ type front struct {
 // startFront serves res (plus the front certificate) and starts a data plane on them.
 func startFront(t *testing.T, proto Protocol, res ...types.Resource) *front {
 	t.Helper()
+	return startFrontBootstrap(t, proto, nil, res...)
+}
+
+// startFrontBootstrap is startFront for a data plane started with bootstrap b.
+func startFrontBootstrap(t *testing.T, proto Protocol, b *bootstrapv3.Bootstrap, res ...types.Resource) *front {
+	t.Helper()
 	f := &front{t: t, x: startXDS(t), pki: newPKI(t)}
 	cert, key, _ := f.pki.issueFiles(t, t.TempDir(), "front", []string{"front"}, false)
 	f.base = []types.Resource{certSecret("front-cert", cert, key, "")}
 	f.x.set(t, append(res, f.base...)...)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	dp, err := Start(ctx, Config{XDSAddress: f.x.addr, NodeID: testNode, Protocol: proto, Seed: 42, Logf: t.Logf})
+	dp, err := Start(ctx, Config{XDSAddress: f.x.addr, NodeID: testNode, Protocol: proto, Seed: 42, Bootstrap: b, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}

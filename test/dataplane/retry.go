@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"strings"
 	"time"
 
@@ -119,11 +120,16 @@ func (a *attempts) RoundTrip(req *http.Request) (*http.Response, error) {
 		case bodyless && !a.c.http1 && !isUpgrade(req):
 			out.Body = noRetryBody{}
 		}
+		if a.c.od != nil {
+			// LOCAL_ORIGIN_CONNECT_SUCCESS when the stream has its connection (onPoolReady).
+			out = out.WithContext(httptrace.WithClientTrace(out.Context(), &httptrace.ClientTrace{
+				GotConn: func(httptrace.GotConnInfo) { a.c.od.connected(h) },
+			}))
+		}
 		h.active.Add(1)
 		resp, err := h.tr.RoundTrip(out)
 		if err == nil {
 			if a.c.od != nil {
-				a.c.od.connected(h)
 				a.c.od.httpStatus(h, resp.StatusCode)
 			}
 			gw := resp.StatusCode == 502 || resp.StatusCode == 503 || resp.StatusCode == 504
@@ -133,7 +139,7 @@ func (a *attempts) RoundTrip(req *http.Request) (*http.Response, error) {
 				lastErr = &localError{code: resp.StatusCode, details: "retried"}
 				continue
 			}
-			resp.Body = &countedBody{ReadCloser: resp.Body, h: h}
+			resp.Body = &countedBody{ReadCloser: resp.Body, h: h, od: a.c.od, req: req}
 			return resp, nil
 		}
 		h.active.Add(-1)
@@ -167,10 +173,25 @@ func (a *attempts) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // countedBody ends a host's active request when the response is done; a 101 body is also a writer.
+// A body the upstream breaks off is a reset after the headers, which the router reports as
+// LOCAL_ORIGIN_CONNECT_FAILED like one before them (router.cc, Filter::onUpstreamReset); one the
+// downstream gave up on is not reported.
 type countedBody struct {
 	io.ReadCloser
-	h    *host
-	done bool
+	h      *host
+	od     *outlier
+	req    *http.Request
+	done   bool
+	failed bool
+}
+
+func (b *countedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF && !b.failed && !b.done && b.od != nil && b.req.Context().Err() == nil {
+		b.failed = true
+		b.od.connectFailed(b.h)
+	}
+	return n, err
 }
 
 func (b *countedBody) Close() error {

@@ -96,6 +96,9 @@ func (d *DataPlane) maybeActivate() {
 			d.logf("listener: %v; not serving", err)
 			return
 		}
+		if d.conns != nil {
+			lis = d.conns.wrap(lis, d.logf)
+		}
 		d.chain.Store(w)
 		// The TLS config is taken per connection so a listener update applies to new connections.
 		d.tlsSwap = new(atomic.Pointer[tls.Config])

@@ -44,8 +44,10 @@ type Options struct {
 	// Switches puts a Switch (switch.go) before ext_proc and before xDS: Front.ExtProc and
 	// Front.XDS, for tests that stop, hang or restart them under traffic.
 	Switches bool
-	Logger   *zap.Logger
-	Logf     func(string, ...any)
+	// MaxConnections is the bootstrap's downstream connection limit [xds default, 50 000].
+	MaxConnections int
+	Logger         *zap.Logger
+	Logf           func(string, ...any)
 }
 
 // Front is a running skewgate front.
@@ -183,6 +185,9 @@ func Start(ctx context.Context, tb *testbed.Testbed, o Options) (*Front, error) 
 		}
 	} else {
 		cfg, err := dataPlaneConfig(xdsAddr, o.Logf)
+		if err == nil && o.MaxConnections != 0 {
+			err = withMaxConnections(&cfg, xdsAddr, o.MaxConnections)
+		}
 		if err != nil {
 			f.Close()
 			return nil, err
@@ -222,7 +227,15 @@ const (
 )
 
 func dataPlaneConfig(xdsAddr string, logf func(string, ...any)) (dataplane.Config, error) {
-	cfg := dataplane.Config{XDSAddress: xdsAddr, NodeID: "front-1", NodeCluster: "skewgate-front", Logf: logf,
+	// The bootstrap skewgate renders for this Envoy: the stand-in takes its connection limit from it.
+	// The stand-in serves no admin listener; the address only has to pass validation.
+	bo := frontBootstrap(xdsAddr)
+	bo.AdminAddress = "127.0.0.1:9901"
+	b, err := xds.Bootstrap(bo)
+	if err != nil {
+		return dataplane.Config{}, err
+	}
+	cfg := dataplane.Config{XDSAddress: xdsAddr, NodeID: "front-1", NodeCluster: "skewgate-front", Logf: logf, Bootstrap: b,
 		Protocol: dataplane.Protocol(os.Getenv(XDSProtocolEnv)), EnvoyVersion: os.Getenv(EnvoyVersionEnv)}
 	if s := os.Getenv(SeedEnv); s != "" {
 		seed, err := strconv.ParseUint(s, 10, 64)
@@ -264,9 +277,24 @@ func (f *Front) waitServing(ctx context.Context) error {
 	}
 }
 
+// withMaxConnections gives the stand-in the bootstrap skewgate renders with that connection limit.
+func withMaxConnections(cfg *dataplane.Config, xdsAddr string, n int) error {
+	bo := frontBootstrap(xdsAddr)
+	bo.AdminAddress, bo.MaxConnections = "127.0.0.1:9901", n
+	b, err := xds.Bootstrap(bo)
+	cfg.Bootstrap = b
+	return err
+}
+
+// frontBootstrap is the bootstrap of the front's Envoy (or of the stand-in).
+func frontBootstrap(xdsAddr string) xds.BootstrapOptions {
+	return xds.BootstrapOptions{NodeID: "front-1", NodeCluster: "skewgate-front", XDSAddress: xdsAddr, Delta: true, AdminAddress: "127.0.0.1:0"}
+}
+
 func (f *Front) startEnvoy(bin, xdsAddr string, o Options) error {
-	cmd, logf, err := startEnvoyProcess(bin, f.dir,
-		xds.BootstrapOptions{NodeID: "front-1", NodeCluster: "skewgate-front", XDSAddress: xdsAddr, Delta: true, AdminAddress: "127.0.0.1:0"},
+	bo := frontBootstrap(xdsAddr)
+	bo.MaxConnections = o.MaxConnections
+	cmd, logf, err := startEnvoyProcess(bin, f.dir, bo,
 		"--base-id", strconv.Itoa(o.Host*100+os.Getpid()%100))
 	if err != nil {
 		return err
