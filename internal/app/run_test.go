@@ -56,6 +56,7 @@ current-context: c
 		}
 	}
 	o.XDSListen, o.ExtProcListen, o.HTTPListen = lis.XDS.Addr().String(), lis.ExtProc.Addr().String(), lis.HTTP.Addr().String()
+	o.GRPCPlaintextLoopback = true // the test's clients dial loopback TCP
 	for _, m := range mut {
 		m(o)
 	}
