@@ -60,6 +60,16 @@ current-context: c
 	for _, m := range mut {
 		m(o)
 	}
+	// A mut that moves a gRPC listener to a unix socket has Start open it.
+	for _, l := range []struct {
+		lis  *net.Listener
+		addr string
+	}{{&lis.XDS, o.XDSListen}, {&lis.ExtProc, o.ExtProcListen}} {
+		if strings.HasPrefix(l.addr, "unix://") {
+			(*l.lis).Close()
+			*l.lis = nil
+		}
+	}
 	o.Complete()
 	if errs := o.Validate(); len(errs) > 0 {
 		t.Fatal(errors.Join(errs...))
