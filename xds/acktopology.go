@@ -27,10 +27,12 @@ import (
 // bound a stream that says nothing would keep ext_proc from naming any cluster, and one that
 // acknowledges a snapshot and goes quiet would pin ext_proc to that snapshot's Topology, whose
 // decisions override the skew routes of the Envoys that moved on. Envoy sends its ACK as soon as it
-// has applied a response, before new clusters finish warming (GrpcMuxImpl::onDiscoveryResponse
-// queues the next request right after processDiscoveryResources returns, in
-// source/extensions/config_subscription/grpc/grpc_mux_impl.cc), so a live Envoy answers in
-// milliseconds and the bound is far above anything it needs.
+// has applied a response, before new clusters finish warming: SotW GrpcMuxImpl::onDiscoveryResponse
+// queues the ACK right after processDiscoveryResources returns
+// (source/extensions/config_subscription/grpc/grpc_mux_impl.cc), delta
+// NewGrpcMuxImpl::onDiscoveryResponse calls kickOffAck on handleResponse's result
+// (new_grpc_mux_impl.cc; both read on main-branch copies of 2025-2026, between 1.37 and 1.40). A live
+// Envoy answers in milliseconds; the bound is far above anything it needs.
 
 // DefaultAckTimeout is how long a stream may go without acknowledging the latest snapshot before it
 // stops holding ext_proc back.
