@@ -13,6 +13,7 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"go.uber.org/zap"
+	"k8s.io/utils/clock"
 
 	"github.com/skewgate/skewgate/discovery"
 )
@@ -26,7 +27,14 @@ type push struct {
 }
 
 type stream struct {
-	node    string
+	node string
+	// admitted is set by the stream's first request, which reaches acks only once it passed the
+	// version gate (version.go); since is when. Until then the stream counts for nothing.
+	admitted bool
+	since    time.Time
+	// lagging is set while the stream has not acknowledged a snapshot within ackTimeout of its
+	// publication: it counts for nothing until it has the latest snapshot (acktopology.go).
+	lagging bool
 	pending map[string]push // by nonce
 	// clusters is the cluster set of the last CDS version this stream ACKed, acked that version;
 	// nil and "" before the first.
@@ -49,18 +57,22 @@ const maxNackDetail = 4 << 10
 type publication struct {
 	clusters map[string]bool
 	topology *discovery.Topology
+	at       time.Time
 }
 
 // acks follows every xDS stream and knows which clusters every connected Envoy has acknowledged.
 // ext_proc asks it before naming a cluster (make-before-break): a cluster created by a Topology change
 // is named only once the Envoys have it, so a request never meets "cluster not found".
 type acks struct {
-	log *zap.Logger
-	m   *metrics
-	now func() time.Time
+	log   *zap.Logger
+	m     *metrics
+	clock clock.WithDelayedExecution
+	// timeout bounds how long a stream may hold ext_proc back without acknowledging a snapshot.
+	timeout time.Duration
 
 	mu        sync.Mutex
-	streams   map[int64]*stream
+	expiry    clock.Timer            // the next time a stream starts lagging
+	streams   map[streamKey]*stream  // SotW and delta streams are numbered apart
 	published map[string]publication // by snapshot version
 	order     []string               // published versions, oldest first
 	latest    map[string]bool
@@ -69,8 +81,8 @@ type acks struct {
 	current atomic.Pointer[discovery.Topology]
 }
 
-func newAcks(log *zap.Logger, m *metrics, now func() time.Time) *acks {
-	a := &acks{log: log, m: m, now: now, streams: map[int64]*stream{}, published: map[string]publication{}}
+func newAcks(log *zap.Logger, m *metrics, clk clock.WithDelayedExecution, timeout time.Duration) *acks {
+	a := &acks{log: log, m: m, clock: clk, timeout: timeout, streams: map[streamKey]*stream{}, published: map[string]publication{}}
 	empty := map[string]bool{}
 	a.ready.Store(&empty)
 	return a
@@ -87,7 +99,7 @@ func (a *acks) publish(version string, clusters []string, t *discovery.Topology)
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.published[version] = publication{clusters: set, topology: t}
+	a.published[version] = publication{clusters: set, topology: t, at: a.clock.Now()}
 	a.order = append(a.order, version)
 	if len(a.order) > keptVersions {
 		delete(a.published, a.order[0])
@@ -97,16 +109,18 @@ func (a *acks) publish(version string, clusters []string, t *discovery.Topology)
 	a.recompute()
 }
 
-// recompute sets ready to the clusters every stream that has ACKed a CDS version has, limited to the
-// latest snapshot. Streams that have not ACKed one of our versions yet have no listener serving
-// traffic from us, so they do not hold others back; with no such stream, the latest snapshot is ready
-// (an Envoy that connects later receives clusters before the listener that uses them).
+// recompute sets ready to the clusters every counted stream (gated, acktopology.go) that has ACKed a
+// CDS version has, limited to the latest snapshot. Streams that have not ACKed one of our versions
+// yet have no listener serving traffic from us, so they do not hold others back; with no such
+// stream, the latest snapshot is ready (an Envoy that connects later receives clusters before the
+// listener that uses them). Called with a.mu held.
 func (a *acks) recompute() {
+	counted := a.gated()
 	ready := maps.Clone(a.latest)
 	if ready == nil {
 		ready = map[string]bool{}
 	}
-	for _, s := range a.streams {
+	for _, s := range counted {
 		if s.clusters == nil {
 			continue
 		}
@@ -118,39 +132,48 @@ func (a *acks) recompute() {
 	}
 	a.ready.Store(&ready)
 	a.m.readyClusters.Set(float64(len(ready)))
-	a.current.Store(a.everyEnvoyHas())
+	a.current.Store(a.everyEnvoyHas(counted))
 }
 
-func (a *acks) open(id int64, mode string) {
+func (k streamKey) mode() string {
+	if k.delta {
+		return modeDelta
+	}
+	return modeSotW
+}
+
+func (a *acks) open(id streamKey) {
 	a.mu.Lock()
+	// Opening counts for nothing: the stream's first request must pass the version gate (received).
 	a.streams[id] = &stream{pending: map[string]push{}, nacked: map[string][sha256.Size]byte{}}
-	a.recompute()
 	a.mu.Unlock()
-	a.m.streams.WithLabelValues(mode).Inc()
+	a.m.streams.WithLabelValues(id.mode()).Inc()
 }
 
-func (a *acks) closed(id int64, mode string) {
+func (a *acks) closed(id streamKey) {
 	a.mu.Lock()
+	if s := a.streams[id]; s != nil && s.lagging {
+		a.m.laggingStreams.Dec()
+	}
 	delete(a.streams, id)
 	a.recompute()
 	a.mu.Unlock()
-	a.m.streams.WithLabelValues(mode).Dec()
+	a.m.streams.WithLabelValues(id.mode()).Dec()
 }
 
-func (a *acks) sent(id int64, typeURL, version, nonce string) {
+func (a *acks) sent(id streamKey, typeURL, version, nonce string) {
 	a.m.pushes.WithLabelValues(shortType(typeURL)).Inc()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if s := a.streams[id]; s != nil {
-		s.pending[nonce] = push{typeURL: typeURL, version: version, at: a.now()}
+		s.pending[nonce] = push{typeURL: typeURL, version: version, at: a.clock.Now()}
 	}
 }
 
-// received handles a request on stream id: an ACK or NACK when it names a nonce we sent.
-func (a *acks) received(id int64, node *corev3.Node, nonce string, nack *string) {
-	if nonce == "" {
-		return
-	}
+// received handles a request on stream id: the first admits the stream (callbacks are wrapped in the
+// version gate, so a request reaches acks only from a node it accepted); one that names a nonce we
+// sent is an ACK or NACK.
+func (a *acks) received(id streamKey, node *corev3.Node, nonce string, nack *string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	s := a.streams[id]
@@ -163,6 +186,13 @@ func (a *acks) received(id int64, node *corev3.Node, nonce string, nack *string)
 			s.node = s.node[:maxNodeID]
 		}
 	}
+	if !s.admitted {
+		s.admitted, s.since = true, a.clock.Now()
+		a.recompute()
+	}
+	if nonce == "" {
+		return
+	}
 	p, ok := s.pending[nonce]
 	if !ok {
 		return
@@ -173,7 +203,7 @@ func (a *acks) received(id int64, node *corev3.Node, nonce string, nack *string)
 			delete(s.pending, n)
 		}
 	}
-	a.m.ackLatency.Observe(a.now().Sub(p.at).Seconds())
+	a.m.ackLatency.Observe(a.clock.Now().Sub(p.at).Seconds())
 	typ := shortType(p.typeURL)
 	if nack != nil {
 		a.m.nacks.WithLabelValues(typ).Inc()
@@ -221,28 +251,30 @@ func shortType(typeURL string) string {
 type callbacks struct{ a *acks }
 
 func (c callbacks) OnStreamOpen(_ context.Context, id int64, _ string) error {
-	c.a.open(id, modeSotW)
+	c.a.open(streamKey{id: id})
 	return nil
 }
-func (c callbacks) OnStreamClosed(id int64, _ *corev3.Node) { c.a.closed(id, modeSotW) }
+func (c callbacks) OnStreamClosed(id int64, _ *corev3.Node) { c.a.closed(streamKey{id: id}) }
 func (c callbacks) OnStreamRequest(id int64, r *discoveryv3.DiscoveryRequest) error {
-	c.a.received(id, r.GetNode(), r.GetResponseNonce(), nackDetail(r.GetErrorDetail().GetMessage(), r.GetErrorDetail() != nil))
+	c.a.received(streamKey{id: id}, r.GetNode(), r.GetResponseNonce(), nackDetail(r.GetErrorDetail().GetMessage(), r.GetErrorDetail() != nil))
 	return nil
 }
 func (c callbacks) OnStreamResponse(_ context.Context, id int64, _ *discoveryv3.DiscoveryRequest, r *discoveryv3.DiscoveryResponse) {
-	c.a.sent(id, r.GetTypeUrl(), r.GetVersionInfo(), r.GetNonce())
+	c.a.sent(streamKey{id: id}, r.GetTypeUrl(), r.GetVersionInfo(), r.GetNonce())
 }
 func (c callbacks) OnDeltaStreamOpen(_ context.Context, id int64, _ string) error {
-	c.a.open(id, modeDelta)
+	c.a.open(streamKey{delta: true, id: id})
 	return nil
 }
-func (c callbacks) OnDeltaStreamClosed(id int64, _ *corev3.Node) { c.a.closed(id, modeDelta) }
+func (c callbacks) OnDeltaStreamClosed(id int64, _ *corev3.Node) {
+	c.a.closed(streamKey{delta: true, id: id})
+}
 func (c callbacks) OnStreamDeltaRequest(id int64, r *discoveryv3.DeltaDiscoveryRequest) error {
-	c.a.received(id, r.GetNode(), r.GetResponseNonce(), nackDetail(r.GetErrorDetail().GetMessage(), r.GetErrorDetail() != nil))
+	c.a.received(streamKey{delta: true, id: id}, r.GetNode(), r.GetResponseNonce(), nackDetail(r.GetErrorDetail().GetMessage(), r.GetErrorDetail() != nil))
 	return nil
 }
 func (c callbacks) OnStreamDeltaResponse(id int64, _ *discoveryv3.DeltaDiscoveryRequest, r *discoveryv3.DeltaDiscoveryResponse) {
-	c.a.sent(id, r.GetTypeUrl(), r.GetSystemVersionInfo(), r.GetNonce())
+	c.a.sent(streamKey{delta: true, id: id}, r.GetTypeUrl(), r.GetSystemVersionInfo(), r.GetNonce())
 }
 func (c callbacks) OnFetchRequest(context.Context, *discoveryv3.DiscoveryRequest) error           { return nil }
 func (c callbacks) OnFetchResponse(*discoveryv3.DiscoveryRequest, *discoveryv3.DiscoveryResponse) {}

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
+	"k8s.io/utils/clock"
 
 	"github.com/skewgate/skewgate/discovery"
 )
@@ -22,13 +23,13 @@ import (
 func TestNackDetailsAreBounded(t *testing.T) {
 	core, logs := observer.New(zap.ErrorLevel)
 	m := newMetrics(prometheus.NewRegistry())
-	a := newAcks(zap.NewNop(), m, time.Now) // the observer keeps every line: first measure without it
-	a.open(1, modeSotW)
+	a := newAcks(zap.NewNop(), m, clock.RealClock{}, time.Hour) // the observer keeps every line: first measure without it
+	a.open(sotw1)
 	node := &corev3.Node{Id: "envoy-" + strings.Repeat("x", 10000)}
 	nack := func(i int, detail string) {
 		nonce := strconv.Itoa(i)
-		a.sent(1, resourcev3.ClusterType, "v1", nonce)
-		a.received(1, node, nonce, &detail)
+		a.sent(sotw1, resourcev3.ClusterType, "v1", nonce)
+		a.received(sotw1, node, nonce, &detail)
 	}
 
 	const n = 2000
@@ -45,10 +46,10 @@ func TestNackDetailsAreBounded(t *testing.T) {
 		t.Errorf("%d NACKs with distinct 16 KiB details grew the heap by %d MiB", n, grown>>20)
 	}
 	a.mu.Lock()
-	if got := len(a.streams[1].nacked); got != 1 {
+	if got := len(a.streams[sotw1].nacked); got != 1 {
 		t.Errorf("%d NACK entries remembered for one type, want 1", got)
 	}
-	if got := len(a.streams[1].node); got > maxNodeID {
+	if got := len(a.streams[sotw1].node); got > maxNodeID {
 		t.Errorf("node id of %d bytes kept", got)
 	}
 	a.mu.Unlock()
@@ -68,13 +69,13 @@ func TestNackDetailsAreBounded(t *testing.T) {
 	if got := logs.Len(); got != 1 {
 		t.Errorf("the same NACK repeated 100 times logged %d lines, want 1", got)
 	}
-	a.sent(1, resourcev3.ClusterType, "v2", "ack")
-	a.received(1, node, "ack", nil)
+	a.sent(sotw1, resourcev3.ClusterType, "v2", "ack")
+	a.received(sotw1, node, "ack", nil)
 	nack(n+200, "same")
 	if got := logs.Len(); got != 2 {
 		t.Errorf("a NACK after an ACK: %d lines in all, want 2", got)
 	}
-	a.closed(1, modeSotW)
+	a.closed(sotw1)
 	if len(a.streams) != 0 {
 		t.Error("a closed stream is remembered")
 	}
@@ -85,12 +86,12 @@ func TestNackDetailsAreBounded(t *testing.T) {
 // Topology, since every cluster it names is in the Envoy. A snapshot with a new cluster waits for
 // the ACK that brings it.
 func TestCurrentFollowsSnapshotsWithClustersEnvoyHas(t *testing.T) {
-	a := newAcks(zap.NewNop(), newMetrics(prometheus.NewRegistry()), time.Now)
+	a := newAcks(zap.NewNop(), newMetrics(prometheus.NewRegistry()), clock.RealClock{}, time.Hour)
 	t1, t2, t3 := &discovery.Topology{Version: "t1"}, &discovery.Topology{Version: "t2"}, &discovery.Topology{Version: "t3"}
-	a.open(1, modeDelta)
+	a.open(delta1)
 	ack := func(version, nonce string) {
-		a.sent(1, resourcev3.ClusterType, version, nonce)
-		a.received(1, &corev3.Node{Id: "front-1"}, nonce, nil)
+		a.sent(delta1, resourcev3.ClusterType, version, nonce)
+		a.received(delta1, &corev3.Node{Id: "front-1"}, nonce, nil)
 	}
 	a.publish("v1", []string{"all", "old"}, t1)
 	ack("v1", "n1")
@@ -110,3 +111,6 @@ func TestCurrentFollowsSnapshotsWithClustersEnvoyHas(t *testing.T) {
 		t.Errorf("after the ACK of v3: %v, want t3", got)
 	}
 }
+
+// go-control-plane numbers SotW and delta streams apart, each from 1.
+var sotw1, delta1 = streamKey{id: 1}, streamKey{delta: true, id: 1}

@@ -24,6 +24,10 @@ type metrics struct {
 	retained      prometheus.Gauge
 	readyClusters prometheus.Gauge
 	refused       *prometheus.CounterVec
+	// The ACK gate (acktopology.go).
+	gatedStreams   prometheus.Gauge
+	laggingStreams prometheus.Gauge
+	ackTimeouts    prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -74,12 +78,25 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "skewgate_xds_refused_nodes_total",
 			Help: "xDS streams refused before any resource was sent, by reason: too_old (an Envoy below the supported releases or the patch that fixes CVE-2026-73548), unknown_version (no or a non-1.x user_agent_build_version), not_envoy (user_agent_name is not envoy). Logged once per node and version.",
 		}, []string{"reason"}),
+		gatedStreams: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "skewgate_xds_gated_streams",
+			Help: "xDS streams ext_proc waits for (their clusters and Topology): past the version check and acknowledging in time.",
+		}),
+		laggingStreams: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "skewgate_xds_lagging_streams",
+			Help: "Open xDS streams past the version check that ext_proc no longer waits for: they did not acknowledge a snapshot within 30s of its publication, and have not caught up since.",
+		}),
+		ackTimeouts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "skewgate_xds_ack_timeouts_total",
+			Help: "Times an xDS stream stopped counting for ext_proc because it did not acknowledge a snapshot within 30s of its publication; each is logged.",
+		}),
 	}
 	for _, r := range refusalReasons {
 		m.refused.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(m.streams, m.pushes, m.acks, m.nacks, m.ackLatency, m.publishes, m.translate, m.clusters, m.retained, m.readyClusters, m.refused)
+		reg.MustRegister(m.streams, m.pushes, m.acks, m.nacks, m.ackLatency, m.publishes, m.translate, m.clusters, m.retained, m.readyClusters, m.refused,
+			m.gatedStreams, m.laggingStreams, m.ackTimeouts)
 	}
 	return m
 }

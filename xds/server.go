@@ -26,6 +26,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
+	"k8s.io/utils/clock"
 
 	"github.com/skewgate/skewgate/discovery"
 )
@@ -53,6 +54,10 @@ type Config struct {
 	// would get nothing.
 	Now           func() time.Time
 	VersionPrefix string
+	// Clock times ACKs and the ACK timeout [the real clock]; AckTimeout is how long a stream may go
+	// without acknowledging a snapshot before ext_proc stops waiting for it [DefaultAckTimeout].
+	Clock      clock.WithDelayedExecution
+	AckTimeout time.Duration
 }
 
 // nodeGroup is the single snapshot key: every Envoy in front of one control plane gets the same
@@ -108,6 +113,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.AckTimeout == 0 {
+		cfg.AckTimeout = DefaultAckTimeout
+	}
 	if cfg.VersionPrefix == "" {
 		cfg.VersionPrefix = strconv.FormatInt(cfg.Now().UnixNano(), 36)
 	}
@@ -116,7 +127,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	s := &Server{
 		cfg: cfg, log: log, m: m,
 		cache:    cachev3.NewSnapshotCache(true, constHash{}, zapLogger{log.Named("cache")}),
-		acks:     newAcks(log, m, cfg.Now),
+		acks:     newAcks(log, m, cfg.Clock, cfg.AckTimeout),
 		retained: map[string]retainedCluster{},
 		last:     map[string]*clusterv3.Cluster{},
 		changed:  make(chan struct{}),

@@ -24,6 +24,7 @@ import (
 
 	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/internal/app"
+	"github.com/skewgate/skewgate/internal/grpcutil"
 	"github.com/skewgate/skewgate/internal/wire"
 	"github.com/skewgate/skewgate/xds"
 )
@@ -108,7 +109,7 @@ func checkGCPercent(v int) error {
 func newBootstrapCommand() *cobra.Command {
 	var o xds.BootstrapOptions
 	var out, sdsOut string
-	var sotw bool
+	var sotw, plaintextLoopback bool
 	cmd := &cobra.Command{
 		Use:   "bootstrap",
 		Short: "Render the Envoy bootstrap that connects an Envoy to skewgate (and, with mTLS, its SDS files)",
@@ -119,6 +120,11 @@ two SDS files, so it reloads them when they are rotated: they are written to --s
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Delta = !sotw
+			// As `skewgate serve` refuses to listen there: whoever binds a loopback port first can
+			// configure this Envoy.
+			if grpcutil.IsLoopbackTCP(o.XDSAddress) && o.XDSCAFile+o.XDSCertFile+o.XDSKeyFile == "" && !plaintextLoopback {
+				return fmt.Errorf("--xds-address=%s: plaintext gRPC on loopback TCP is open to every local user and host-network pod: use a unix socket (unix:///path), or give --xds-ca-file, --xds-cert-file and --xds-key-file; %s allows it for development and tests", o.XDSAddress, grpcutil.PlaintextLoopbackFlag)
+			}
 			b, err := xds.Bootstrap(o)
 			if err != nil {
 				return err
@@ -152,7 +158,8 @@ two SDS files, so it reloads them when they are rotated: they are written to --s
 	fs := cmd.Flags()
 	fs.StringVar(&o.NodeID, "node-id", "", "Envoy node id (e.g. the host name)")
 	fs.StringVar(&o.NodeCluster, "node-cluster", "skewgate-front", "Envoy node cluster")
-	fs.StringVar(&o.XDSAddress, "xds-address", "127.0.0.1:18000", "skewgate's xDS address, host:port or unix:///path")
+	fs.StringVar(&o.XDSAddress, "xds-address", app.DefaultXDSListen, "skewgate's xDS address, unix:///path or host:port with mTLS")
+	fs.BoolVar(&plaintextLoopback, "grpc-plaintext-loopback", false, "allow plaintext xDS on loopback TCP, for development and tests only (skewgate serve needs it too)")
 	fs.StringVar(&o.XDSCAFile, "xds-ca-file", "", "CA verifying skewgate's xDS certificate")
 	fs.StringVar(&o.XDSCertFile, "xds-cert-file", "", "Envoy's client certificate for xDS")
 	fs.StringVar(&o.XDSKeyFile, "xds-key-file", "", "key of --xds-cert-file")

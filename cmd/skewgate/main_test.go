@@ -58,6 +58,30 @@ func TestBootstrapCommandRefusesUnsafe(t *testing.T) {
 	}
 }
 
+// TestBootstrapCommandPlaintextLoopback: plaintext xDS on loopback TCP needs the development flag;
+// the default is the unix socket `skewgate serve` listens on.
+func TestBootstrapCommandPlaintextLoopback(t *testing.T) {
+	run := func(args ...string) (string, error) {
+		cmd := newBootstrapCommand()
+		var out bytes.Buffer
+		cmd.SetArgs(append([]string{"--node-id", "n1"}, args...))
+		cmd.SetOut(&out)
+		cmd.SetErr(&bytes.Buffer{})
+		err := cmd.Execute()
+		return out.String(), err
+	}
+	if _, err := run("--xds-address", "127.0.0.1:18000"); err == nil || !strings.Contains(err.Error(), "--grpc-plaintext-loopback") {
+		t.Errorf("plaintext xDS on loopback TCP: %v, want a refusal naming --grpc-plaintext-loopback", err)
+	}
+	if _, err := run("--xds-address", "127.0.0.1:18000", "--grpc-plaintext-loopback"); err != nil {
+		t.Errorf("with --grpc-plaintext-loopback: %v", err)
+	}
+	out, err := run()
+	if err != nil || !strings.Contains(out, "path: /var/lib/skewgate/xds.sock") {
+		t.Errorf("the default: %v\n%s", err, out)
+	}
+}
+
 // TestBootstrapCommandWritesSDSFiles: with mTLS the command writes the SDS files the bootstrap names.
 func TestBootstrapCommandWritesSDSFiles(t *testing.T) {
 	dir := t.TempDir()

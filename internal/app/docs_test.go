@@ -14,7 +14,7 @@ var metricName = regexp.MustCompile(`skewgate_[a-z_]+`)
 func definedMetrics(t *testing.T) map[string]bool {
 	t.Helper()
 	out := map[string]bool{}
-	for _, dir := range []string{"discovery", "extproc", "xds", "internal/certs"} {
+	for _, dir := range []string{"discovery", "extproc", "xds", "internal/certs", "internal/grpcutil"} {
 		src, err := os.ReadFile(filepath.Join("..", "..", dir, "metrics.go"))
 		if err != nil {
 			t.Fatal(err)

@@ -29,9 +29,12 @@ type Options struct {
 	// Listeners of this process: host:port or unix:///path.
 	XDSListen, ExtProcListen, HTTPListen string
 	// GRPCCertFile, GRPCKeyFile and GRPCClientCAFile secure both gRPC listeners with mTLS; required
-	// unless both listen on loopback or a unix socket.
+	// on TCP unless GRPCPlaintextLoopback (loopback only, for development and tests).
 	GRPCCertFile, GRPCKeyFile, GRPCClientCAFile string
-	Grace                                       time.Duration
+	// GRPCPeerUIDs may connect to the gRPC unix sockets besides skewgate's own effective uid.
+	GRPCPeerUIDs          []uint
+	GRPCPlaintextLoopback bool
+	Grace                 time.Duration
 
 	// What Envoy is told (paths on the Envoy host).
 	Envoy xds.Options
@@ -47,6 +50,13 @@ type Options struct {
 	cidrs  []netip.Prefix
 }
 
+// The gRPC listeners by default: unix sockets in the directory `skewgate kubeadm install` creates
+// root-only, where the kernel names each peer's uid (internal/grpcutil/peer.go).
+const (
+	DefaultXDSListen     = "unix:///var/lib/skewgate/xds.sock"
+	DefaultExtProcListen = "unix:///var/lib/skewgate/extproc.sock"
+)
+
 // NewOptions returns the defaults.
 func NewOptions() *Options {
 	return &Options{
@@ -55,8 +65,8 @@ func NewOptions() *Options {
 		ProbeInterval:      2 * time.Second,
 		PollInterval:       30 * time.Second,
 		MaxUpstreams:       discovery.DefaultMaxUpstreams,
-		XDSListen:          "127.0.0.1:18000",
-		ExtProcListen:      "127.0.0.1:18001",
+		XDSListen:          DefaultXDSListen,
+		ExtProcListen:      DefaultExtProcListen,
 		HTTPListen:         "127.0.0.1:18080",
 		Grace:              time.Minute,
 		LogFormat:          "json",
@@ -78,10 +88,12 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.MaxUpstreams, "max-upstreams", o.MaxUpstreams, "most upstream apiservers (static ones included), 1 to 1000; identity Leases past it are refused, logged and counted in skewgate_discovery_ignored_leases")
 	fs.DurationVar(&o.PollInterval, "poll-interval", o.PollInterval, "how often each apiserver's discovery is refetched (CRD and APIService changes refetch at once); 1s to 1h")
 
-	fs.StringVar(&o.XDSListen, "xds-listen", o.XDSListen, "xDS (ADS) gRPC listen address, host:port or unix:///path")
-	fs.StringVar(&o.ExtProcListen, "extproc-listen", o.ExtProcListen, "ext_proc gRPC listen address, host:port or unix:///path")
+	fs.StringVar(&o.XDSListen, "xds-listen", o.XDSListen, "xDS (ADS) gRPC listen address, unix:///path (its directory is created 0700 if missing) or host:port with mTLS")
+	fs.StringVar(&o.ExtProcListen, "extproc-listen", o.ExtProcListen, "ext_proc gRPC listen address, unix:///path (its directory is created 0700 if missing) or host:port with mTLS")
+	fs.UintSliceVar(&o.GRPCPeerUIDs, "grpc-peer-uid", o.GRPCPeerUIDs, "uid that may connect to the gRPC unix sockets besides skewgate's own (repeatable; e.g. Envoy's when it runs as another user; root is not implied)")
+	fs.BoolVar(&o.GRPCPlaintextLoopback, "grpc-plaintext-loopback", o.GRPCPlaintextLoopback, "accept plaintext gRPC on loopback TCP, for development and tests only: every local user and host-network pod can reach it")
 	fs.StringVar(&o.HTTPListen, "http-listen", o.HTTPListen, "HTTP listen address (host:port) for /healthz, /readyz, /metrics and /topology; loopback by default")
-	fs.StringVar(&o.GRPCCertFile, "grpc-cert-file", o.GRPCCertFile, "serving certificate of the gRPC listeners (mTLS; required off loopback); it and --grpc-client-ca-file are re-read every 10s, a failed reload is logged and counted and the last good one stays")
+	fs.StringVar(&o.GRPCCertFile, "grpc-cert-file", o.GRPCCertFile, "serving certificate of the gRPC listeners (mTLS; required on TCP unless --grpc-plaintext-loopback); it and --grpc-client-ca-file are re-read every 10s, a failed reload is logged and counted and the last good one stays")
 	fs.StringVar(&o.GRPCKeyFile, "grpc-key-file", o.GRPCKeyFile, "key of --grpc-cert-file")
 	fs.StringVar(&o.GRPCClientCAFile, "grpc-client-ca-file", o.GRPCClientCAFile, "CA that Envoy's client certificate must chain to")
 	fs.DurationVar(&o.Grace, "cluster-grace", o.Grace, "how long a cluster that left the Topology stays in Envoy; 0 to 24h")

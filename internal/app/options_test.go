@@ -44,8 +44,9 @@ var badValues = map[string][]struct{ value, want string }{
 	"probe-interval":          {{"0s", ""}, {"-1s", ""}, {"50ms", ""}, {"2m", ""}},
 	"poll-interval":           {{"0s", ""}, {"500ms", ""}, {"2h", ""}},
 	"max-upstreams":           {{"0", ""}, {"-1", ""}, {"1001", ""}},
-	"xds-listen":              {{"0.0.0.0:18000", ""}, {"unix://run/x.sock", ""}, {"18000", ""}, {"", "--xds-listen is required"}},
-	"extproc-listen":          {{"10.0.0.5:18001", ""}, {"127.0.0.1:99999", ""}},
+	"xds-listen":              {{"0.0.0.0:18000", ""}, {"unix://run/x.sock", ""}, {"18000", ""}, {"", "--xds-listen is required"}, {"127.0.0.1:18000", "--grpc-plaintext-loopback"}},
+	"extproc-listen":          {{"10.0.0.5:18001", ""}, {"127.0.0.1:99999", ""}, {"[::1]:18001", "--grpc-plaintext-loopback"}},
+	"grpc-peer-uid":           {{"4294967295", ""}, {"-1", ""}},
 	"http-listen":             {{"unix:///run/skewgate/http.sock", ""}, {"18080", ""}, {"127.0.0.1:", ""}},
 	"grpc-cert-file":          {{"/x/tls.crt", ""}},
 	"grpc-key-file":           {{"/x/tls.key", ""}},
@@ -59,7 +60,7 @@ var badValues = map[string][]struct{ value, want string }{
 	"envoy-upstream-ca-file":  {{"ca.crt", ""}, {"", "--envoy-upstream-ca-file is required"}},
 	"front-proxy-cert-file":   {{"fp.crt", ""}, {"", "--front-proxy-cert-file is required"}},
 	"front-proxy-key-file":    {{"/keys/fp.key", ""}},
-	"envoy-extproc-address":   {{"10.0.0.5:18001", ""}, {"unix://x.sock", ""}},
+	"envoy-extproc-address":   {{"10.0.0.5:18001", ""}, {"unix://x.sock", ""}, {"localhost:18001", "--grpc-plaintext-loopback"}},
 	"envoy-extproc-ca-file":   {{"/e/ca.crt", ""}},
 	"envoy-extproc-cert-file": {{"/e/tls.crt", ""}},
 	"envoy-extproc-key-file":  {{"/e/tls.key", ""}},
@@ -72,8 +73,9 @@ var badValues = map[string][]struct{ value, want string }{
 
 // goodOnly are flags with no invalid value (a boolean that is safe either way).
 var goodOnly = map[string]string{
-	"trust-endpointslice": "either value is safe",
-	"upstream-ca-file":    "any file (empty: the kubeconfig's CA); read when the first client is built",
+	"trust-endpointslice":     "either value is safe",
+	"grpc-plaintext-loopback": "only relaxes the loopback rule of --xds-listen, --extproc-listen and --envoy-extproc-address, tested there",
+	"upstream-ca-file":        "any file (empty: the kubeconfig's CA); read when the first client is built",
 }
 
 func TestOptionsValidate(t *testing.T) {
@@ -111,7 +113,7 @@ func TestOptionsValidateRelations(t *testing.T) {
 	}{
 		"stale not above probe": {[]string{"--lease-stale-after=30s", "--probe-interval=30s"}, []string{"--lease-stale-after=30s", "--probe-interval=30s"}},
 		"static past the cap":   {[]string{"--static-upstream=cp-2=10.0.0.2:6443", "--max-upstreams=1"}, []string{"--max-upstreams=1", "--static-upstream"}},
-		"one listener twice":    {[]string{"--extproc-listen=127.0.0.1:18000"}, []string{"--xds-listen=127.0.0.1:18000", "--extproc-listen=127.0.0.1:18000"}},
+		"one listener twice":    {[]string{"--xds-listen=unix:///run/s.sock", "--extproc-listen=unix:///run/s.sock"}, []string{"--xds-listen=unix:///run/s.sock", "--extproc-listen=unix:///run/s.sock"}},
 		"key apart from cert":   {[]string{"--front-proxy-key-file=/keys/fp.key"}, []string{"--front-proxy-key-file=/keys/fp.key", "--front-proxy-cert-file=/pki/fp.crt", "same directory"}},
 		"half of gRPC mTLS":     {[]string{"--grpc-cert-file=/x/tls.crt", "--grpc-key-file=/x/tls.key"}, []string{"--grpc-cert-file=/x/tls.crt", "--grpc-client-ca-file"}},
 		"pprof off loopback":    {[]string{"--pprof", "--http-listen=0.0.0.0:18080"}, []string{"--pprof", "--http-listen", "0.0.0.0:18080", "loopback"}},
@@ -130,6 +132,8 @@ func TestOptionsValidateRelations(t *testing.T) {
 		{"--pprof", "--http-listen=[::1]:18080"},
 		{"--pprof", "--http-listen=localhost:0"},
 		{"--cluster-grace=0s", "--extproc-timeout=1ms", "--health-check-interval=100ms", "--front-port=65535", "--log-level=debug", "--log-format=console"},
+		{"--grpc-plaintext-loopback", "--xds-listen=127.0.0.1:18000", "--extproc-listen=[::1]:18001"},
+		{"--grpc-peer-uid=101", "--grpc-peer-uid=0", "--grpc-peer-uid=4294967294"},
 	} {
 		if _, err := parse(t, args...); err != nil {
 			t.Errorf("%v refused: %v", args, err)
@@ -137,14 +141,21 @@ func TestOptionsValidateRelations(t *testing.T) {
 	}
 }
 
-// TestHTTPListenDefaultsToLoopback: /metrics, /topology (and pprof when asked) stay on the host unless
-// the operator opens them.
-func TestHTTPListenDefaultsToLoopback(t *testing.T) {
+// TestListenDefaults: /metrics, /topology (and pprof when asked) stay on the host unless the operator
+// opens them; the gRPC listeners are unix sockets, whose peers the kernel names, and the defaults
+// pass validation without --grpc-plaintext-loopback.
+func TestListenDefaults(t *testing.T) {
 	o := NewOptions()
-	for flag, addr := range map[string]string{"--http-listen": o.HTTPListen, "--xds-listen": o.XDSListen, "--extproc-listen": o.ExtProcListen} {
-		if local, err := grpcutil.IsLocal(addr); err != nil || !local || strings.HasPrefix(addr, "unix://") {
-			t.Errorf("%s defaults to %q, not a loopback host:port", flag, addr)
+	if local, err := grpcutil.IsLocal(o.HTTPListen); err != nil || !local || strings.HasPrefix(o.HTTPListen, "unix://") {
+		t.Errorf("--http-listen defaults to %q, not a loopback host:port", o.HTTPListen)
+	}
+	for flag, addr := range map[string]string{"--xds-listen": o.XDSListen, "--extproc-listen": o.ExtProcListen} {
+		if !strings.HasPrefix(addr, "unix:///") {
+			t.Errorf("%s defaults to %q, not a unix socket", flag, addr)
 		}
+	}
+	if o, err := parse(t); err != nil || o.GRPCPlaintextLoopback {
+		t.Errorf("the defaults: %v (plaintext loopback %v)", err, o.GRPCPlaintextLoopback)
 	}
 }
 

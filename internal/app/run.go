@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -69,9 +70,13 @@ func restConfig(o *Options) (*rest.Config, error) {
 	return clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
 }
 
-// listen opens host:port or unix:///path (replacing a stale socket file).
+// listen opens host:port or unix:///path (replacing a stale socket file; a missing directory is
+// created 0700, as `skewgate kubeadm install` creates it).
 func listen(addr string) (net.Listener, error) {
 	if path, ok := strings.CutPrefix(addr, "unix://"); ok {
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			return nil, err
+		}
 		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return nil, err
 		}
@@ -140,18 +145,29 @@ func Start(ctx context.Context, o *Options, lis Listeners, log *zap.Logger) (_ *
 		return nil, nil, err
 	}
 
-	var creds []grpc.ServerOption
+	var tlsCreds credentials.TransportCredentials
 	var reloader *certs.Reloader
 	if o.GRPCCertFile != "" {
 		reloader, err = certs.New(certs.Config{CertFile: o.GRPCCertFile, KeyFile: o.GRPCKeyFile, ClientCAFile: o.GRPCClientCAFile, Logger: log, Registry: reg})
 		if err != nil {
 			return nil, nil, fmt.Errorf("gRPC TLS: %w", err)
 		}
-		creds = append(creds, grpc.Creds(credentials.NewTLS(reloader.ServerConfig())))
+		tlsCreds = credentials.NewTLS(reloader.ServerConfig())
 	}
-	xg := grpc.NewServer(grpcutil.ServerOptions(10000, 16<<20, creds...)...)
+	// Both servers admit only the Envoy skewgate configures: the peer's uid on a unix socket, mTLS
+	// on TCP (internal/grpcutil/peer.go).
+	peers := grpcutil.Peers{PlaintextLoopback: o.GRPCPlaintextLoopback}
+	for _, u := range o.GRPCPeerUIDs {
+		peers.UIDs = append(peers.UIDs, uint32(u))
+	}
+	refused := grpcutil.RefusedMetric()
+	reg.MustRegister(refused)
+	creds := func(server string) grpc.ServerOption {
+		return grpc.Creds(grpcutil.NewCredentials(server, peers, tlsCreds, refused, log.Named("grpc")))
+	}
+	xg := grpc.NewServer(grpcutil.ServerOptions(10000, 16<<20, creds("xds"))...)
 	xs.Register(xg)
-	eg := extproc.NewGRPCServer(extproc.NewServer(xs, log, reg, extproc.WithClusterGate(xs)), extproc.GRPCOptions{ServerOptions: creds})
+	eg := extproc.NewGRPCServer(extproc.NewServer(xs, log, reg, extproc.WithClusterGate(xs)), extproc.GRPCOptions{ServerOptions: []grpc.ServerOption{creds("extproc")}})
 
 	for _, l := range []struct {
 		lis  *net.Listener

@@ -56,8 +56,19 @@ current-context: c
 		}
 	}
 	o.XDSListen, o.ExtProcListen, o.HTTPListen = lis.XDS.Addr().String(), lis.ExtProc.Addr().String(), lis.HTTP.Addr().String()
+	o.GRPCPlaintextLoopback = true // the test's clients dial loopback TCP
 	for _, m := range mut {
 		m(o)
+	}
+	// A mut that moves a gRPC listener to a unix socket has Start open it.
+	for _, l := range []struct {
+		lis  *net.Listener
+		addr string
+	}{{&lis.XDS, o.XDSListen}, {&lis.ExtProc, o.ExtProcListen}} {
+		if strings.HasPrefix(l.addr, "unix://") {
+			(*l.lis).Close()
+			*l.lis = nil
+		}
 	}
 	o.Complete()
 	if errs := o.Validate(); len(errs) > 0 {

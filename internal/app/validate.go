@@ -3,6 +3,7 @@ package app
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"path/filepath"
 	"strings"
@@ -80,8 +81,13 @@ func (o *Options) Validate() []error {
 	grpcFlags := [3]string{"--grpc-cert-file", "--grpc-key-file", "--grpc-client-ca-file"}
 	mtls, trioErrs := trio(grpcFlags, [3]string{o.GRPCCertFile, o.GRPCKeyFile, o.GRPCClientCAFile})
 	errs = append(errs, trioErrs...)
-	errs = append(errs, endpoint("--xds-listen", o.XDSListen, mtls, strings.Join(grpcFlags[:], ", "))...)
-	errs = append(errs, endpoint("--extproc-listen", o.ExtProcListen, mtls, strings.Join(grpcFlags[:], ", "))...)
+	errs = append(errs, endpoint("--xds-listen", o.XDSListen, mtls, o.GRPCPlaintextLoopback, strings.Join(grpcFlags[:], ", "))...)
+	errs = append(errs, endpoint("--extproc-listen", o.ExtProcListen, mtls, o.GRPCPlaintextLoopback, strings.Join(grpcFlags[:], ", "))...)
+	for _, u := range o.GRPCPeerUIDs {
+		if u >= math.MaxUint32 { // uid_t is 32 bits and (uid_t)-1 means "no uid"
+			bad("--grpc-peer-uid", u, "not a uid: want 0 to %d", uint32(math.MaxUint32-1))
+		}
+	}
 	httpLocal, err := grpcutil.IsLocal(o.HTTPListen)
 	if strings.HasPrefix(o.HTTPListen, "unix://") || err != nil {
 		bad("--http-listen", o.HTTPListen, "want host:port (probes and `skewgate topology` speak TCP)")
@@ -154,7 +160,7 @@ func (o *Options) validateEnvoy() []error {
 	extFlags := [3]string{"--envoy-extproc-ca-file", "--envoy-extproc-cert-file", "--envoy-extproc-key-file"}
 	mtls, trioErrs := trio(extFlags, [3]string{e.ExtProcCAFile, e.ExtProcCertFile, e.ExtProcKeyFile})
 	errs = append(errs, trioErrs...)
-	errs = append(errs, endpoint("--envoy-extproc-address", e.ExtProcAddress, mtls, strings.Join(extFlags[:], ", "))...)
+	errs = append(errs, endpoint("--envoy-extproc-address", e.ExtProcAddress, mtls, o.GRPCPlaintextLoopback, strings.Join(extFlags[:], ", "))...)
 	if e.ExtProcSNI != "" && len(validation.IsDNS1123Subdomain(e.ExtProcSNI)) > 0 {
 		bad("--envoy-extproc-sni", e.ExtProcSNI, "not a DNS name")
 	}
@@ -167,17 +173,23 @@ func (o *Options) validateEnvoy() []error {
 	return errs
 }
 
-// endpoint checks a gRPC address between Envoy and skewgate: host:port or unix:///absolute/path, and
-// without mTLS on this host only (plaintext gRPC never crosses the network).
-func endpoint(flag, addr string, mtls bool, files string) []error {
+// endpoint checks a gRPC address between Envoy and skewgate: unix:///absolute/path, or host:port with
+// mTLS, or, with --grpc-plaintext-loopback only, a plaintext loopback host:port. Plaintext on
+// loopback TCP lets any local user or host-network pod talk to skewgate as Envoy (and, by binding the
+// port first, to Envoy as skewgate); a unix socket names its peer (internal/grpcutil/peer.go).
+func endpoint(flag, addr string, mtls, plaintextLoopback bool, files string) []error {
 	local, err := grpcutil.IsLocal(addr)
 	switch {
 	case addr == "":
 		return []error{fmt.Errorf("%s is required", flag)}
 	case err != nil:
 		return []error{fmt.Errorf("%s=%s: %v", flag, addr, err)}
-	case !local && !mtls:
+	case mtls || strings.HasPrefix(addr, "unix://"):
+		return nil
+	case !local:
 		return []error{fmt.Errorf("%s=%s: not loopback or a unix socket, and plaintext gRPC is only allowed on the same host: give %s", flag, addr, files)}
+	case !plaintextLoopback:
+		return []error{fmt.Errorf("%s=%s: plaintext gRPC on loopback TCP is open to every local user and host-network pod: use a unix socket (unix:///path), or give %s; %s allows it for development and tests", flag, addr, files, grpcutil.PlaintextLoopbackFlag)}
 	}
 	return nil
 }

@@ -53,3 +53,9 @@ func IsLocal(addr string) (bool, error) {
 	ip := net.ParseIP(host)
 	return host == "localhost" || (ip != nil && ip.IsLoopback()), nil
 }
+
+// IsLoopbackTCP reports whether addr is a loopback host:port (not a unix socket).
+func IsLoopbackTCP(addr string) bool {
+	local, err := IsLocal(addr)
+	return err == nil && local && !strings.HasPrefix(addr, "unix://")
+}

@@ -146,6 +146,8 @@ func Start(ctx context.Context, tb *testbed.Testbed, o Options) (*Front, error) 
 		}
 	}
 	opts.XDSListen, opts.ExtProcListen, opts.HTTPListen = lis.XDS.Addr().String(), lis.ExtProc.Addr().String(), lis.HTTP.Addr().String()
+	// The data plane reaches skewgate over loopback TCP, through the Switches when asked.
+	opts.GRPCPlaintextLoopback = true
 	var extSwitch *Switch
 	if o.Switches && !o.ExtProcDown {
 		if extSwitch, err = NewSwitch(opts.ExtProcListen); err != nil {
