@@ -211,3 +211,90 @@ func listenerRefs(t *testing.T, l *listenerv3.Listener) (secrets, routes []strin
 	}
 	return secrets, routes
 }
+
+// TestDeltaSecretsInEnvoysOrder: the same order over delta ADS, where each request subscribes to
+// the names it adds: the clusters' secrets, then the listener's, each answered at once.
+func TestDeltaSecretsInEnvoysOrder(t *testing.T) {
+	ts := startServer(t, newFakeSource(loadScenario(t, "testdata/skewed.in.yaml")), time.Hour)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*responseWithin)
+	defer cancel()
+	s, err := discoveryservice.NewAggregatedDiscoveryServiceClient(ts.conn).DeltaAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := testNode
+	send := func(typeURL, nonce string, subscribe ...string) {
+		t.Helper()
+		if err := s.Send(&discoveryservice.DeltaDiscoveryRequest{Node: node, TypeUrl: typeURL, ResponseNonce: nonce, ResourceNamesSubscribe: subscribe}); err != nil {
+			t.Fatal(err)
+		}
+		node = nil
+	}
+	recv := func(typeURL string) *discoveryservice.DeltaDiscoveryResponse {
+		t.Helper()
+		r, err := s.Recv()
+		if err != nil {
+			t.Fatalf("waiting for %s: %v", typeURL, err)
+		}
+		if r.TypeUrl != typeURL {
+			t.Fatalf("got a %s response, want %s", r.TypeUrl, typeURL)
+		}
+		return r
+	}
+	names := func(r *discoveryservice.DeltaDiscoveryResponse) []string {
+		var out []string
+		for _, res := range r.Resources {
+			out = append(out, res.Name)
+		}
+		slices.Sort(out)
+		return out
+	}
+
+	send(resourcev3.ClusterType, "")
+	cds := recv(resourcev3.ClusterType)
+	var clusterSecrets []string
+	for _, r := range cds.Resources {
+		var c clusterv3.Cluster
+		if err := r.Resource.UnmarshalTo(&c); err != nil {
+			t.Fatal(err)
+		}
+		clusterSecrets = append(clusterSecrets, SecretNames(c.TransportSocket)...)
+		for _, m := range c.TransportSocketMatches {
+			clusterSecrets = append(clusterSecrets, SecretNames(m.TransportSocket)...)
+		}
+	}
+	slices.Sort(clusterSecrets)
+	clusterSecrets = slices.Compact(clusterSecrets)
+	send(resourcev3.SecretType, "", clusterSecrets...)
+	send(resourcev3.ClusterType, cds.Nonce)
+	sds := recv(resourcev3.SecretType)
+	if got := names(sds); !slices.Equal(got, clusterSecrets) {
+		t.Fatalf("SDS answered %v to a subscription to %v", got, clusterSecrets)
+	}
+	send(resourcev3.SecretType, sds.Nonce)
+
+	send(resourcev3.ListenerType, "")
+	lds := recv(resourcev3.ListenerType)
+	var added []string
+	for _, r := range lds.Resources {
+		var l listenerv3.Listener
+		if err := r.Resource.UnmarshalTo(&l); err != nil {
+			t.Fatal(err)
+		}
+		secrets, _ := listenerRefs(t, &l)
+		for _, n := range secrets {
+			if !slices.Contains(clusterSecrets, n) && !slices.Contains(added, n) {
+				added = append(added, n)
+			}
+		}
+	}
+	slices.Sort(added)
+	if len(added) == 0 {
+		t.Fatal("the listener names no secret the clusters do not: the test would show nothing")
+	}
+	send(resourcev3.SecretType, "", added...)
+	send(resourcev3.ListenerType, lds.Nonce)
+	if got := names(recv(resourcev3.SecretType)); !slices.Equal(got, added) {
+		t.Fatalf("SDS answered %v to a subscription to %v", got, added)
+	}
+}
