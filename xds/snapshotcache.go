@@ -21,15 +21,15 @@ import (
 // initialized and LDS answered (source/common/listener_manager/lds_api.cc). The clusters wait for
 // their secrets (they are init targets), so in ADS mode every start waits for SDS's
 // initial_fetch_timeout (15 s unset: source/common/config/utility.cc,
-// configSourceInitialFetchTimeout) and the first health checks run without the upstream
-// credentials.
+// configSourceInitialFetchTimeout), after which the clusters initialize without their secrets;
+// the test data plane, which has no such timeout, never serves.
 //
 // Not in ADS mode the cache answers with the requested secrets that the snapshot has, and answers
 // again whenever the request names a secret it has not returned on the stream (CreateWatch compares
 // the subscription's returned resources), so the listener's secrets arrive as soon as they are
 // asked for. Secrets reference nothing, so answering a part of them breaks no ordering Envoy needs.
-// Every other type, and SDS over delta (which has no such check), stay with the ADS-mode cache and
-// its ordered responses (clusters before listeners before routes).
+// Every other type, and SDS over delta (which has no such check), stay with the ADS-mode cache,
+// which answers open watches in type order (clusters, listeners, routes, secrets).
 type snapshotCache struct {
 	cachev3.SnapshotCache
 	sotwSecrets cachev3.SnapshotCache
