@@ -126,7 +126,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	m := newMetrics(cfg.Registry)
 	s := &Server{
 		cfg: cfg, log: log, m: m,
-		cache:    cachev3.NewSnapshotCache(true, constHash{}, zapLogger{log.Named("cache")}),
+		cache:    newSnapshotCache(zapLogger{log.Named("cache")}), // snapshotcache.go: SotW SDS answered by name
 		acks:     newAcks(log, m, cfg.Clock, cfg.AckTimeout),
 		retained: map[string]retainedCluster{},
 		last:     map[string]*clusterv3.Cluster{},

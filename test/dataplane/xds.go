@@ -90,6 +90,20 @@ func (st *xdsState) accepted(s subscriber, typeURL string, previousRoutes []stri
 	return st.followRoutes(s, previousRoutes)
 }
 
+// acceptedSotW makes the same subscriptions as accepted, in the order Envoy's state-of-the-world mux
+// sends them, all before the ACK of the response that called for them
+// (source/extensions/config_subscription/grpc/grpc_mux_impl.cc: GrpcMuxImpl::onDiscoveryResponse
+// pauses the response's own type while its watches apply it and queues the ACK last; the CDS and LDS
+// handlers pause the types that depend on them and resume them in the order they listed them when
+// they return, RDS before SDS: source/common/upstream/cds_api_helper.cc,
+// source/common/listener_manager/lds_api.cc).
+func (st *xdsState) acceptedSotW(s subscriber, previousRoutes []string) error {
+	if err := st.followRoutes(s, previousRoutes); err != nil {
+		return err
+	}
+	return st.follow(s, "")
+}
+
 // askListeners subscribes to the listeners (wildcard) once.
 func (st *xdsState) askListeners(s subscriber) error {
 	if st.listenerAsked {

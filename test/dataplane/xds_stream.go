@@ -70,14 +70,11 @@ func (d *DataPlane) subscribeSotW(ctx context.Context, conn *grpc.ClientConn) er
 			d.logf("NACK %s version %s: %v", resp.TypeUrl, resp.VersionInfo, applyErr)
 		} else {
 			s.versions[resp.TypeUrl] = resp.VersionInfo
+			if err := st.acceptedSotW(s, prevRoutes); err != nil {
+				return err
+			}
 		}
 		if err := s.send(resp.TypeUrl, applyErr); err != nil {
-			return err
-		}
-		if applyErr != nil {
-			continue
-		}
-		if err := st.accepted(s, resp.TypeUrl, prevRoutes); err != nil {
 			return err
 		}
 	}

@@ -38,8 +38,11 @@ type NodeOptions struct {
 	// and with them skewgate's first Topology, while the data plane is already connected. Discovery
 	// fetches and probes of the static upstream, and the data plane's traffic, do not go through it.
 	InformerSwitch bool
-	Logger         *zap.Logger
-	Logf           func(string, ...any)
+	// XDSProtocol is the ADS variant of the data plane (the test data plane's Protocol, for Envoy the
+	// bootstrap's api_type) [$SKEWGATE_DATAPLANE_XDS, else delta].
+	XDSProtocol dataplane.Protocol
+	Logger      *zap.Logger
+	Logf        func(string, ...any)
 }
 
 // Node is one control-plane node of the co-located deployment: one skewgate and one data plane
@@ -224,6 +227,9 @@ func (n *Node) StartDataPlane() (uint64, error) {
 		return 0, err
 	}
 	cfg.NodeID = "node-" + n.Name
+	if n.o.XDSProtocol != "" {
+		cfg.Protocol = n.o.XDSProtocol
+	}
 	for cfg.Seed == 0 {
 		var b [8]byte
 		crand.Read(b[:])

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/skewgate/skewgate/test/dataplane"
 	"github.com/skewgate/skewgate/xds"
 )
 
@@ -28,7 +29,7 @@ type envoyRun struct {
 func (n *Node) startEnvoy(ctx context.Context, bin string, ready chan struct{}, errp *error) (*envoyRun, error) {
 	cmd, logf, err := startEnvoyProcess(bin, n.o.Dir,
 		xds.BootstrapOptions{NodeID: "node-" + n.Name, NodeCluster: "skewgate-front", XDSAddress: "unix://" + n.xdsSock,
-			Delta: true, AdminAddress: "unix://" + filepath.Join(n.o.Dir, "envoy-admin.sock")},
+			Delta: n.envoyDelta(), AdminAddress: "unix://" + filepath.Join(n.o.Dir, "envoy-admin.sock")},
 		"--disable-hot-restart")
 	if err != nil {
 		return nil, err
@@ -94,4 +95,14 @@ func startEnvoyProcess(bin, dir string, bo xds.BootstrapOptions, args ...string)
 		return nil, nil, err
 	}
 	return cmd, logf, nil
+}
+
+// envoyDelta is whether Envoy speaks delta ADS: unless NodeOptions.XDSProtocol or
+// $SKEWGATE_DATAPLANE_XDS says state of the world.
+func (n *Node) envoyDelta() bool {
+	p := n.o.XDSProtocol
+	if p == "" {
+		p = dataplane.Protocol(os.Getenv(XDSProtocolEnv))
+	}
+	return p != dataplane.SotW
 }
