@@ -14,11 +14,11 @@ import (
 )
 
 // TestOpenAPIRangeFloodThroughTheFront: 16 clients without credentials ask the front for
-// /openapi/v3 with thousands of byte ranges each, for 10 s, while clients with the admin's client
-// certificate read the skewed resource. ext_proc sets the identity headers from the certificate, so
+// /openapi/v3 with thousands of byte ranges each, for 10 s, while two clients with the admin's client
+// certificate and two with the admin's token read the skewed resource. ext_proc sets the identity headers from the certificate, so
 // if the flood pushed it past Envoy's ext_proc timeout (Envoy then fails open) the certificate
 // requests would reach the apiservers without identity (401) or take the default route (404 from the
-// v1.35 apiserver). Every certificate request must get 200; every flood request the apiserver's own
+// v1.35 apiserver). Every certificate and token request must get 200; every flood request the apiserver's own
 // refusal (the front never answers an anonymous /openapi/v3 by default).
 func TestOpenAPIRangeFloodThroughTheFront(t *testing.T) {
 	e := setup(t)
@@ -65,7 +65,11 @@ func TestOpenAPIRangeFloodThroughTheFront(t *testing.T) {
 	var certN int
 	failures := map[string]int{}
 	path := e.f.URL + "/apis/" + mapGroup + "/v1/" + mapResource
-	for range 4 {
+	for i := range 4 {
+		client, token := certClient, ""
+		if i%2 == 1 {
+			client, token = anon, testbed.AdminToken
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -77,7 +81,7 @@ func TestOpenAPIRangeFloodThroughTheFront(t *testing.T) {
 					return
 				case <-tick.C:
 				}
-				code, body, err := do(t, certClient, http.MethodGet, path, "")
+				code, body, err := do(t, client, http.MethodGet, path, token)
 				mu.Lock()
 				certN++
 				switch {
@@ -91,8 +95,22 @@ func TestOpenAPIRangeFloodThroughTheFront(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	t.Logf("flood: %d requests (%d transport errors); certificate requests: %d, %d failed: %v",
-		floodN.Load(), floodErr.Load(), certN, len(failures), failures)
+	failed := 0
+	for _, c := range failures {
+		failed += c
+	}
+	t.Logf("flood: %d requests (%d transport errors); certificate and token requests: %d, %d failed: %v",
+		floodN.Load(), floodErr.Load(), certN, failed, failures)
+	writeResults(t, e, map[string]any{
+		"ranges_per_request":   n,
+		"flood_clients":        16,
+		"flood_requests":       floodN.Load(),
+		"flood_served_index":   floodServed.Load(),
+		"flood_transport_errs": floodErr.Load(),
+		"client_requests":      certN,
+		"client_failed":        failed,
+		"client_failures":      failures,
+	})
 	if floodServed.Load() > 0 {
 		t.Errorf("%d anonymous flood requests got the index", floodServed.Load())
 	}
