@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/workqueue"
 )
 
@@ -61,8 +62,9 @@ type Controller struct {
 	openAPIWants func(*Topology) map[string][]string
 
 	// Listers, set by startInformers before the queue runs.
-	leases func() []*coordinationv1.Lease
-	slices func() []*discoveryv1.EndpointSlice
+	leases      func() []*coordinationv1.Lease
+	slices      func() []*discoveryv1.EndpointSlice
+	apiServices func() []*metav1.PartialObjectMetadata
 
 	mu         sync.Mutex
 	states     map[string]*upstreamState
@@ -113,6 +115,7 @@ func New(cfg Config) (*Controller, error) {
 		queue:           workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
 		leases:          func() []*coordinationv1.Lease { return nil },
 		slices:          func() []*discoveryv1.EndpointSlice { return nil },
+		apiServices:     func() []*metav1.PartialObjectMetadata { return nil },
 		states:          map[string]*upstreamState{},
 		openAPIInflight: map[string]chan struct{}{},
 		openAPILag:      openAPILag,

@@ -38,7 +38,9 @@ import (
 //     yet: OpenAPIWants names, per upstream, the keys to fetch, only for hashes no upstream has
 //     fetched; inputs that do not merge: OpenAPIDegraded), the decision is ActionRoute to that
 //     fallback with its hash (ActionUnavailable if none of it is ready). When the upstreams listing
-//     K all publish one hash, a merge would add nothing: ActionRoute to them, nothing fetched.
+//     K all publish one hash, a merge would add nothing: ActionRoute to them, nothing fetched. Nor is
+//     K merged when an aggregated APIService serves its group-version or one of its hashes is not
+//     a SHA-512 (openapiremote.go): ActionRoute to that fallback, never the front's own bytes.
 //
 // Sets of several upstreams that a decision names join Topology.Sets, as resource decisions' do.
 // The front's index names every key with its decision's Hash; it is nil (pass the request through)
