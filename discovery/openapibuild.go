@@ -242,7 +242,10 @@ func (b *openAPIBuilder) decide(key string) OpenAPIDecision {
 		return degraded
 	}
 	if why := b.routeOnly(key, groups); why != "" {
-		view.degrade(key, why)
+		if view.routed == nil {
+			view.routed = map[string]string{}
+		}
+		view.routed[key] = why
 		return degraded
 	}
 	inputs := make([]*OpenAPISpec, 0, len(groups))

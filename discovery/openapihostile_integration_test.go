@@ -183,15 +183,15 @@ func TestTestbedHostileAggregatedAPI(t *testing.T) {
 	after := waitForWithin(t, c, time.Minute, "the hostile group-version decided", func(tp *Topology) bool {
 		d := tp.DecideOpenAPI(evilKey)
 		return tp.Decide(widgets, "list").Set == "old" && tp.Decide(gadgets, "list").Set == "new" &&
-			(d.Action == ActionServe || strings.HasPrefix(tp.OpenAPIDegraded()[evilKey], "routed only"))
+			(d.Action == ActionServe || tp.OpenAPIRoutedOnly()[evilKey] != "")
 	})
 
 	d := after.DecideOpenAPI(evilKey)
 	if d.Action != ActionRoute || after.OpenAPIMerged(evilKey) != nil {
 		t.Errorf("%s: %+v, merged %v; want routed", evilKey, d, after.OpenAPIMerged(evilKey) != nil)
 	}
-	if r := after.OpenAPIDegraded()[evilKey]; !strings.Contains(r, "aggregated APIService") {
-		t.Errorf("%s: degraded %q, want routed only for an aggregated APIService", evilKey, r)
+	if r := after.OpenAPIRoutedOnly()[evilKey]; !strings.Contains(r, "aggregated APIService") {
+		t.Errorf("%s: routed only %q, want for an aggregated APIService", evilKey, r)
 	}
 	if published := []string{c.openAPIIndexOf("old").Keys[evilKey], c.openAPIIndexOf("new").Keys[evilKey]}; d.Hash != published[0] && d.Hash != published[1] {
 		t.Errorf("the front's index names %.16s…, no apiserver publishes it", d.Hash)

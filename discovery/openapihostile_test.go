@@ -174,8 +174,11 @@ func TestBuildOpenAPIRouteOnly(t *testing.T) {
 			if len(top.OpenAPIWants()) != 0 {
 				t.Errorf("wants %v", top.OpenAPIWants())
 			}
-			if r := top.OpenAPIDegraded()[keyAdmission]; !strings.Contains(r, tc.why) {
-				t.Errorf("degraded %q, want %q", r, tc.why)
+			if r := top.OpenAPIRoutedOnly()[keyAdmission]; !strings.Contains(r, tc.why) {
+				t.Errorf("routed only %q, want %q", r, tc.why)
+			}
+			if len(top.OpenAPIDegraded()) != 0 {
+				t.Errorf("degraded %v: its documents would be kept", top.OpenAPIDegraded())
 			}
 			// Nothing of another key changed.
 			for _, k := range []string{keyCore, keyApps, keyCRD} {

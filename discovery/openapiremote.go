@@ -76,11 +76,11 @@ func aggregatedOpenAPIKeys(facts []UpstreamFacts) map[string]bool {
 // its own bytes for it), or "".
 func (b *openAPIBuilder) routeOnly(key string, groups []*openAPIGroup) string {
 	if b.aggregated[key] {
-		return "routed only: an aggregated APIService serves it (its server can answer skewgate alone)"
+		return "an aggregated APIService serves it (its server can answer skewgate alone)"
 	}
 	for _, g := range groups {
 		if !isSHA512Hex(g.hash) {
-			return fmt.Sprintf("routed only: hash %.24q is not a SHA-512 the front can check", g.hash)
+			return fmt.Sprintf("hash %.24q is not a SHA-512 the front can check", g.hash)
 		}
 	}
 	return ""
