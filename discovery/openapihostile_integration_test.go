@@ -4,12 +4,14 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,6 +27,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
 	certutil "k8s.io/client-go/util/cert"
 
 	"github.com/skewgate/skewgate/test/testbed"
@@ -150,6 +153,11 @@ func TestTestbedHostileAggregatedAPI(t *testing.T) {
 		return ok1 && ok2 && o.Ready && n.Ready && c.openAPIIndexOf("old") != nil && c.openAPIIndexOf("new") != nil && tp.OpenAPIIndex() != nil
 	})
 
+	// The apiservers label every APIService they register for themselves (built-in groups, CRDs).
+	if agg := aggregatedAPIs(c.apiServices()); len(agg) != 0 {
+		t.Errorf("aggregated APIs of plain apiservers: %v, want none", agg)
+	}
+
 	// An ExternalName Service: the aggregator resolves it to the hostile server's address itself.
 	kc := kubernetes.NewForConfigOrDie(cfg)
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "hostile", Namespace: "default"},
@@ -175,6 +183,9 @@ func TestTestbedHostileAggregatedAPI(t *testing.T) {
 	for _, name := range []string{"old", "new"} {
 		want := sha512Hex(hostile.doc(name, true))
 		poll(t, 2*time.Minute, name+"'s index listing "+evilKey, func() bool { return c.openAPIIndexOf(name).Keys[evilKey] == want })
+	}
+	if agg := aggregatedAPIs(c.apiServices()); !slices.Equal(agg, []string{evilGroup + "/v1"}) {
+		t.Errorf("aggregated APIs %v, want %s/v1", agg, evilGroup)
 	}
 	widgets := ResourceKey{Group: evilGroup, Version: "v1", Resource: "widgets"}
 	gadgets := ResourceKey{Group: evilGroup, Version: "v1", Resource: "gadgets"}
@@ -219,6 +230,21 @@ func TestTestbedHostileAggregatedAPI(t *testing.T) {
 	if _, ok := idx.Paths[evilKey]; !ok {
 		t.Errorf("the front's index lacks %s", evilKey)
 	}
+	// The attack is real: another user, through the same apiserver and under the same hash, gets
+	// other bytes than skewgate would have.
+	other, err := rest.HTTPClientFor(tb.RESTConfig(old.URL(), testbed.LowPrivByToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := other.Get(old.URL() + "/openapi/v3/" + evilKey + "?hash=" + c.openAPIIndexOf("old").Keys[evilKey])
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || sha512Hex(body) == c.openAPIIndexOf("old").Keys[evilKey] || !strings.Contains(string(body), "everyone") {
+		t.Errorf("another user got %s, %d bytes %.60q; want the hostile server's other document", resp.Status, len(body), body)
+	}
 	t.Logf("hostile key %s: %s to %s; document requests by skewgate %d, by others %d", evilKey, d.Action, d.Set,
-		hostile.requests(testbed.AdminUser), hostile.requests("system:kube-aggregator")+hostile.requests("system:aggregator"))
+		hostile.requests(testbed.AdminUser), hostile.requests(testbed.LowPrivUser))
 }
