@@ -65,6 +65,8 @@ type Controller struct {
 	leases      func() []*coordinationv1.Lease
 	slices      func() []*discoveryv1.EndpointSlice
 	apiServices func() []*metav1.PartialObjectMetadata
+	// apiServicesSynced: the APIService lister is complete (always, without Config.Metadata).
+	apiServicesSynced func() bool
 
 	mu         sync.Mutex
 	states     map[string]*upstreamState
@@ -112,19 +114,20 @@ func New(cfg Config) (*Controller, error) {
 		started: now,
 		// The default controller limiter: per-key exponential backoff (reset by Forget after every
 		// item, so 5 ms) and 10 syncs a second overall with bursts of 100, which coalesces churn.
-		queue:           workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
-		leases:          func() []*coordinationv1.Lease { return nil },
-		slices:          func() []*discoveryv1.EndpointSlice { return nil },
-		apiServices:     func() []*metav1.PartialObjectMetadata { return nil },
-		states:          map[string]*upstreamState{},
-		openAPIInflight: map[string]chan struct{}{},
-		openAPILag:      openAPILag,
-		openAPIWants:    (*Topology).OpenAPIWants,
-		notify:          make(chan struct{}),
-		workers:         map[string]*worker{},
-		departed:        map[string]departure{},
-		seenRej:         map[string][sha256.Size]byte{},
-		ignoredLogged:   map[string]string{},
+		queue:             workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
+		leases:            func() []*coordinationv1.Lease { return nil },
+		slices:            func() []*discoveryv1.EndpointSlice { return nil },
+		apiServices:       func() []*metav1.PartialObjectMetadata { return nil },
+		apiServicesSynced: func() bool { return true },
+		states:            map[string]*upstreamState{},
+		openAPIInflight:   map[string]chan struct{}{},
+		openAPILag:        openAPILag,
+		openAPIWants:      (*Topology).OpenAPIWants,
+		notify:            make(chan struct{}),
+		workers:           map[string]*worker{},
+		departed:          map[string]departure{},
+		seenRej:           map[string][sha256.Size]byte{},
+		ignoredLogged:     map[string]string{},
 	}, nil
 }
 

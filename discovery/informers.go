@@ -70,6 +70,7 @@ func (c *Controller) startInformers(ctx context.Context) error {
 			synced = append(synced, inf.HasSynced)
 		}
 		apiServices := mf.ForResource(apiServiceGVR).Lister()
+		c.apiServicesSynced = mf.ForResource(apiServiceGVR).Informer().HasSynced
 		c.apiServices = func() []*metav1.PartialObjectMetadata {
 			l, _ := apiServices.List(labels.Everything())
 			out := make([]*metav1.PartialObjectMetadata, 0, len(l))

@@ -151,6 +151,11 @@ func TestBuildOpenAPIRouteOnly(t *testing.T) {
 		{"aggregated APIService on one upstream", "aggregated APIService", func(facts []UpstreamFacts) {
 			facts[1].AggregatedAPIs = []string{"admissionregistration.k8s.io/v1"}
 		}},
+		{"APIServices not known yet", "not known yet", func(facts []UpstreamFacts) {
+			for i := range facts {
+				facts[i].AggregatedAPIs = []string{allAggregated}
+			}
+		}},
 		{"aggregated APIService on every upstream", "aggregated APIService", func(facts []UpstreamFacts) {
 			for i := range facts {
 				facts[i].AggregatedAPIs = []string{"admissionregistration.k8s.io/v1", "metrics.k8s.io/v1beta1"}

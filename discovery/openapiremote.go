@@ -57,6 +57,10 @@ func aggregatedAPIs(apiServices []*metav1.PartialObjectMetadata) []string {
 	return slices.Compact(out)
 }
 
+// allAggregated, as the only entry of UpstreamFacts.AggregatedAPIs, stands for every group-version:
+// the APIServices are not known yet (the informer has not synced), so nothing may be merged.
+const allAggregated = "*"
+
 // aggregatedOpenAPIKeys returns the index keys of the group-versions any upstream puts behind an
 // aggregated APIService.
 func aggregatedOpenAPIKeys(facts []UpstreamFacts) map[string]bool {
@@ -65,6 +69,10 @@ func aggregatedOpenAPIKeys(facts []UpstreamFacts) map[string]bool {
 		for _, gv := range f.AggregatedAPIs {
 			if out == nil {
 				out = map[string]bool{}
+			}
+			if gv == allAggregated {
+				out[allAggregated] = true
+				continue
 			}
 			out["apis/"+gv] = true
 		}
@@ -77,6 +85,9 @@ func aggregatedOpenAPIKeys(facts []UpstreamFacts) map[string]bool {
 func (b *openAPIBuilder) routeOnly(key string, groups []*openAPIGroup) string {
 	if b.aggregated[key] {
 		return "an aggregated APIService serves it (its server can answer skewgate alone)"
+	}
+	if b.aggregated[allAggregated] {
+		return "the APIServices are not known yet: an aggregated one may serve it"
 	}
 	for _, g := range groups {
 		if !isSHA512Hex(g.hash) {

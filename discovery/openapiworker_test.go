@@ -339,6 +339,11 @@ func TestFactsAndInputsCarryOpenAPI(t *testing.T) {
 	if facts, _, _ := c.facts(cands, time.Now()); !slices.Equal(facts[0].AggregatedAPIs, []string{"metrics.k8s.io/v1beta1"}) {
 		t.Errorf("facts: aggregated %v", facts[0].AggregatedAPIs)
 	}
+	c.apiServicesSynced = func() bool { return false }
+	if facts, _, _ := c.facts(cands, time.Now()); !slices.Equal(facts[0].AggregatedAPIs, []string{allAggregated}) {
+		t.Errorf("facts before the APIServices synced: aggregated %v, want every group-version", facts[0].AggregatedAPIs)
+	}
+	c.apiServicesSynced = func() bool { return true }
 	all := map[string][32]byte{"none": none, "empty": empty, "index": withIndex, "doc": withDoc, "doc hash": otherHash,
 		"doc key": otherKey, "other index": otherIndex, "aggregated": aggregated}
 	seen := map[[32]byte]string{}

@@ -118,7 +118,10 @@ func (c *Controller) settleLeaseEvent(event time.Time, published bool) {
 // departed upstreams.
 func (c *Controller) facts(cands []candidate, now time.Time) (facts []UpstreamFacts, initialized bool, next time.Time) {
 	initialized = true
-	aggregated := aggregatedAPIs(c.apiServices())
+	aggregated := []string{allAggregated} // until the APIServices are known, any key may be one's
+	if c.apiServicesSynced() {
+		aggregated = aggregatedAPIs(c.apiServices())
+	}
 	c.mu.Lock()
 	facts = make([]UpstreamFacts, 0, len(cands)+len(c.departed))
 	for _, cand := range cands {
