@@ -25,6 +25,9 @@ type UpstreamFacts struct {
 	OpenAPI *OpenAPIIndex
 	// OpenAPIDocs are the upstream's documents the last Topology wanted (OpenAPIWants), by key.
 	OpenAPIDocs map[string]*OpenAPISpec
+	// AggregatedAPIs are the group-versions ("<group>/<version>", sorted) the upstream proxies to an
+	// aggregated API server (an APIService naming a service): their OpenAPI is routed, never merged.
+	AggregatedAPIs []string
 	// Departed marks an upstream that left (its Lease was deleted or went stale) recently. It is in no
 	// cluster and not in the merged discovery, but the resources that only it served answer 503
 	// instead of 404 until it is forgotten: objects of those types still exist in etcd, and a 404 for

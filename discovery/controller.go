@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/workqueue"
 )
 
@@ -61,8 +62,11 @@ type Controller struct {
 	openAPIWants func(*Topology) map[string][]string
 
 	// Listers, set by startInformers before the queue runs.
-	leases func() []*coordinationv1.Lease
-	slices func() []*discoveryv1.EndpointSlice
+	leases      func() []*coordinationv1.Lease
+	slices      func() []*discoveryv1.EndpointSlice
+	apiServices func() []*metav1.PartialObjectMetadata
+	// apiServicesSynced: the APIService lister is complete (always, without Config.Metadata).
+	apiServicesSynced func() bool
 
 	mu         sync.Mutex
 	states     map[string]*upstreamState
@@ -110,18 +114,20 @@ func New(cfg Config) (*Controller, error) {
 		started: now,
 		// The default controller limiter: per-key exponential backoff (reset by Forget after every
 		// item, so 5 ms) and 10 syncs a second overall with bursts of 100, which coalesces churn.
-		queue:           workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
-		leases:          func() []*coordinationv1.Lease { return nil },
-		slices:          func() []*discoveryv1.EndpointSlice { return nil },
-		states:          map[string]*upstreamState{},
-		openAPIInflight: map[string]chan struct{}{},
-		openAPILag:      openAPILag,
-		openAPIWants:    (*Topology).OpenAPIWants,
-		notify:          make(chan struct{}),
-		workers:         map[string]*worker{},
-		departed:        map[string]departure{},
-		seenRej:         map[string][sha256.Size]byte{},
-		ignoredLogged:   map[string]string{},
+		queue:             workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
+		leases:            func() []*coordinationv1.Lease { return nil },
+		slices:            func() []*discoveryv1.EndpointSlice { return nil },
+		apiServices:       func() []*metav1.PartialObjectMetadata { return nil },
+		apiServicesSynced: func() bool { return true },
+		states:            map[string]*upstreamState{},
+		openAPIInflight:   map[string]chan struct{}{},
+		openAPILag:        openAPILag,
+		openAPIWants:      (*Topology).OpenAPIWants,
+		notify:            make(chan struct{}),
+		workers:           map[string]*worker{},
+		departed:          map[string]departure{},
+		seenRej:           map[string][sha256.Size]byte{},
+		ignoredLogged:     map[string]string{},
 	}, nil
 }
 

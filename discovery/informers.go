@@ -69,6 +69,18 @@ func (c *Controller) startInformers(ctx context.Context) error {
 			}
 			synced = append(synced, inf.HasSynced)
 		}
+		apiServices := mf.ForResource(apiServiceGVR).Lister()
+		c.apiServicesSynced = mf.ForResource(apiServiceGVR).Informer().HasSynced
+		c.apiServices = func() []*metav1.PartialObjectMetadata {
+			l, _ := apiServices.List(labels.Everything())
+			out := make([]*metav1.PartialObjectMetadata, 0, len(l))
+			for _, o := range l {
+				if m, ok := o.(*metav1.PartialObjectMetadata); ok {
+					out = append(out, m)
+				}
+			}
+			return out
+		}
 		mf.Start(ctx.Done())
 	}
 	// Wait for the informers, but not forever: if the apiserver they talk to is not reachable yet (for

@@ -38,7 +38,9 @@ import (
 //     yet: OpenAPIWants names, per upstream, the keys to fetch, only for hashes no upstream has
 //     fetched; inputs that do not merge: OpenAPIDegraded), the decision is ActionRoute to that
 //     fallback with its hash (ActionUnavailable if none of it is ready). When the upstreams listing
-//     K all publish one hash, a merge would add nothing: ActionRoute to them, nothing fetched.
+//     K all publish one hash, a merge would add nothing: ActionRoute to them, nothing fetched. Nor is
+//     K merged when an aggregated APIService serves its group-version or one of its hashes is not
+//     a SHA-512 (openapiremote.go): ActionRoute to that fallback, never the front's own bytes.
 //
 // Sets of several upstreams that a decision names join Topology.Sets, as resource decisions' do.
 // The front's index names every key with its decision's Hash; it is nil (pass the request through)
@@ -84,6 +86,7 @@ type openAPIView struct {
 	merged    map[string]*OpenAPISpec
 	wants     map[string][]string
 	degraded  map[string]string // key -> why its merged document is not served
+	routed    map[string]string // key -> why it is never merged (openapiremote.go)
 }
 
 // OpenAPIIndex returns the index the front serves at /openapi/v3, nil when the front passes the
@@ -117,6 +120,10 @@ func (t *Topology) OpenAPIWants() map[string][]string { return t.openapi.wants }
 // OpenAPIDegraded returns, per key that needs a merged document the front does not serve yet (its
 // decision routes to the fallback), the reason: documents still to fetch, or inputs that do not merge.
 func (t *Topology) OpenAPIDegraded() map[string]string { return t.openapi.degraded }
+
+// OpenAPIRoutedOnly returns, per key that would need a merge but may not be merged (openapiremote.go),
+// why: its decision routes to the fallback, and nothing is fetched or held for it.
+func (t *Topology) OpenAPIRoutedOnly() map[string]string { return t.openapi.routed }
 
 func sortKeyDecisions(ds []OpenAPIKeyDecision) {
 	slices.SortFunc(ds, func(a, b OpenAPIKeyDecision) int { return strings.Compare(a.Key, b.Key) })

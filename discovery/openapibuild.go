@@ -114,7 +114,8 @@ func buildOpenAPI(now time.Time, facts []UpstreamFacts, caps map[ResourceKey]*ca
 	if len(keys) == 0 {
 		return openAPIView{}
 	}
-	b := &openAPIBuilder{now: now, facts: facts, versions: versions, coverage: coverageByGV(caps, n), ready: ready, setFor: setFor}
+	b := &openAPIBuilder{now: now, facts: facts, versions: versions, coverage: coverageByGV(caps, n), ready: ready, setFor: setFor,
+		aggregated: aggregatedOpenAPIKeys(facts)}
 	view := &b.view
 	view.decisions = make(map[string]OpenAPIDecision, len(keys))
 	allDefault := true
@@ -137,7 +138,9 @@ type openAPIBuilder struct {
 	coverage map[string]*gvCoverage
 	ready    bitset
 	setFor   func(bitset) SetID
-	view     openAPIView
+	// aggregated: the keys of group-versions an aggregated APIService serves (routed only).
+	aggregated map[string]bool
+	view       openAPIView
 }
 
 // decide returns the decision for key, recording merged documents, wants and degraded keys in b.view.
@@ -236,6 +239,13 @@ func (b *openAPIBuilder) decide(key string) OpenAPIDecision {
 	if len(groups) == 1 {
 		// One document: a merge adds nothing to it (the upstreams serving the rest do not list K, e.g.
 		// their index is not known yet), so its own upstreams serve it under its own hash.
+		return degraded
+	}
+	if why := b.routeOnly(key, groups); why != "" {
+		if view.routed == nil {
+			view.routed = map[string]string{}
+		}
+		view.routed[key] = why
 		return degraded
 	}
 	inputs := make([]*OpenAPISpec, 0, len(groups))

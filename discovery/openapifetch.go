@@ -29,7 +29,8 @@ import (
 const (
 	// ErrMoved: a document's hash is no longer the one the upstream publishes (301): its index moved.
 	ErrMoved = "moved"
-	// ErrIntegrity: a document's bytes or ETag do not match the hash its index names.
+	// ErrIntegrity: a document's bytes or ETag do not match the hash its index names, or the hash is
+	// not a SHA-512 that could be checked.
 	ErrIntegrity = "integrity"
 )
 
@@ -83,11 +84,15 @@ func (f *fetcher) openAPIIndex(ctx context.Context, prev *OpenAPIIndex) (*OpenAP
 // openAPIDoc fetches the document of key under hash (as the upstream's index names it), reading at
 // most limit bytes (the smaller of MaxDocumentBytes and what the memory budget has left). A 301
 // is ErrMoved (never followed); a body over MaxDocumentBytes ErrTooLarge; over limit only,
-// errOverBudget. A hash of kube-openapi's form (128 upper-case hex) must be the SHA-512 of the body
-// and its ETag; other hashes (remote APIServices may use other schemes) are taken as they are.
+// errOverBudget. The hash must be of kube-openapi's form (128 upper-case hex), the SHA-512 of the
+// body and its ETag: any other hash (an aggregated API server writes its own) proves nothing about
+// the bytes, so such a document is never fetched (ErrIntegrity).
 func (f *fetcher) openAPIDoc(ctx context.Context, key, hash string, limit int64) (*OpenAPISpec, error) {
 	if validOpenAPIKey(key) != nil || !validOpenAPIHash(hash) {
 		return nil, fetchErr(ErrInvalid, "bad OpenAPI key %.300q or hash %.300q", key, hash)
+	}
+	if !isSHA512Hex(hash) {
+		return nil, fetchErr(ErrIntegrity, "%s: hash %.300q is not a SHA-512 in upper-case hex", key, hash)
 	}
 	path := openAPIPrefix + "/" + key + "?hash=" + hash
 	resp, err := f.getOpenAPI(ctx, path)
@@ -118,14 +123,12 @@ func (f *fetcher) openAPIDoc(ctx context.Context, key, hash string, limit int64)
 	if err != nil {
 		return nil, err
 	}
-	if isSHA512Hex(hash) {
-		sum := sha512.Sum512(data)
-		if got := strings.ToUpper(hex.EncodeToString(sum[:])); got != hash {
-			return nil, fetchErr(ErrIntegrity, "%s: the body's SHA-512 is %s", path, got)
-		}
-		if etag := resp.Header.Get("ETag"); etag != `"`+hash+`"` {
-			return nil, fetchErr(ErrIntegrity, "%s: ETag %.300q is not the hash", path, etag)
-		}
+	sum := sha512.Sum512(data)
+	if got := strings.ToUpper(hex.EncodeToString(sum[:])); got != hash {
+		return nil, fetchErr(ErrIntegrity, "%s: the body's SHA-512 is %s", path, got)
+	}
+	if etag := resp.Header.Get("ETag"); etag != `"`+hash+`"` {
+		return nil, fetchErr(ErrIntegrity, "%s: ETag %.300q is not the hash", path, etag)
 	}
 	if err := checkOpenAPIDoc(data); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -12,15 +13,29 @@ import (
 
 // The merge of one key's documents (ActionServe), inputs ordered newest first (the order of
 // compareGroups: highest version, then most members, then smallest hash); one document per hash.
+// Every input is a document whose bytes hash to the SHA-512 its index names (openapifetch.go), of a
+// key no aggregated APIService serves (openapibuild.go): what an apiserver itself serves under that
+// hash. Still, no input may change what belongs to another key or group-version:
 //
-//   - paths: the union; a path several inputs have takes the newest input's item.
+//   - paths: every path of every input must be the key's own, "/<key>" or under "/<key>/" (as
+//     handler3 builds a document from the web service rooted there); a document with any other
+//     path is refused and there is no merged document. The union; a path several inputs have takes
+//     the newest input's item.
 //   - components.schemas: the union; on a name clash the newest input's schema wins. A schema's name
 //     is its Go type (io.k8s.api.<group>.<version>.<Kind>, or the CRD's reversed group, version and
 //     kind), so a clash is one type at two releases, and API compatibility only adds optional fields
-//     within a version: the newer schema accepts what the older one describes. One refinement: if
-//     the losing schema's "x-kubernetes-group-version-kind" lists a group-version-kind of this
-//     key's group-version that the winner's lacks, it is appended to the winner's list, because
-//     clients (kubectl explain, apply) find a kind's schema by that extension, not by name.
+//     within a version: the newer schema accepts what the older one describes.
+//   - kinds (the "x-kubernetes-group-version-kind" list of a schema, by which clients such as
+//     kubectl explain and apply find a kind's schema, not by name): the newest input's are kept as
+//     they are. A losing input's kind (group, version, kind) is kept (on a schema the loser adds) or
+//     appended to the winner's list (on a clash) only if all of these hold:
+//     (1) its group-version is the key's (a key that names no group-version, such as "version",
+//     takes no kind from a losing input); (2) the kind is the schema's own type: the last
+//     "."-separated segment of the schema's name (Deployment for io.k8s.api.apps.v1.Deployment,
+//     as every schema the apiservers publish names it); (3) no schema of the result claims it
+//     already (one kind, one schema). Its other kinds are dropped from the schema it adds and never
+//     added to a winner: an older input can describe a kind of this group-version the newest lacks
+//     (a resource the new release dropped), nothing else.
 //     Unlike apiextensions' MergeSpecsV3 (an error on a clash) and the v2 aggregator (renaming the
 //     loser to <name>_v2), a clash never fails the merge, and one type at two releases never becomes
 //     two schemas claiming one kind.
@@ -80,14 +95,20 @@ func mergeOpenAPI(key string, inputs []*OpenAPISpec, now time.Time) (*OpenAPISpe
 	if len(inputs) == 0 {
 		return nil, errors.New("no documents to merge")
 	}
-	gv, _ := openAPIGroupVersion(key)
+	gv, hasGV := openAPIGroupVersion(key)
 	group, version, _ := strings.Cut(gv, "/")
+	root := "/" + key
 	docs := make([]*openAPIDoc, len(inputs))
 	built := time.Time{}
 	for i, in := range inputs {
 		d, err := parseOpenAPIDoc(in.JSON)
 		if err != nil {
 			return nil, fmt.Errorf("document %s: %w", shortHash(in.Hash), err)
+		}
+		for p := range d.paths {
+			if p != root && !strings.HasPrefix(p, root+"/") {
+				return nil, fmt.Errorf("document %s: path %.200q is not under %s: %w", shortHash(in.Hash), p, root, errForeignPath)
+			}
 		}
 		docs[i] = d
 		if in.Built.After(built) {
@@ -98,25 +119,29 @@ func mergeOpenAPI(key string, inputs []*OpenAPISpec, now time.Time) (*OpenAPISpe
 		built = now
 	}
 	first := docs[0]
-	paths := make(map[string]json.RawMessage, len(first.paths))
-	schemas := make(map[string]json.RawMessage, len(first.schemas))
-	for _, d := range docs {
+	paths := maps.Clone(first.paths)
+	schemas := maps.Clone(first.schemas)
+	kinds := &losingKinds{group: group, version: version, hasGV: hasGV, result: schemas}
+	for _, d := range docs[1:] {
 		for p, item := range d.paths {
 			if _, ok := paths[p]; !ok {
 				paths[p] = item
 			}
 		}
-		for name, s := range d.schemas {
-			won, ok := schemas[name]
-			if !ok {
-				schemas[name] = s
-				continue
+		// In name order: which of two losing schemas claims a kind first must not depend on map order.
+		for _, name := range slices.Sorted(maps.Keys(d.schemas)) {
+			s := d.schemas[name]
+			var kept json.RawMessage
+			var err error
+			if won, ok := schemas[name]; ok {
+				kept, err = kinds.addToWinner(name, won, s)
+			} else {
+				kept, err = kinds.keepAdded(name, s)
 			}
-			merged, err := addLosingKinds(won, s, group, version)
 			if err != nil {
 				return nil, fmt.Errorf("schema %s: %w", name, err)
 			}
-			schemas[name] = merged
+			schemas[name] = kept
 		}
 	}
 	components := make(map[string]any, len(first.components))
@@ -147,71 +172,10 @@ func mergeOpenAPI(key string, inputs []*OpenAPISpec, now time.Time) (*OpenAPISpe
 	return &OpenAPISpec{JSON: data, Hash: openAPIHash(data), Built: built}, nil
 }
 
+// errForeignPath: an input describes a path of another key.
+var errForeignPath = errors.New("a document describes only its own key")
+
 func shortHash(h string) string { return h[:min(len(h), 12)] }
-
-// gvk is one entry of x-kubernetes-group-version-kind, its fields in the order the apiserver writes
-// them (sorted: the extension is a map there).
-type gvk struct {
-	Group   string `json:"group"`
-	Kind    string `json:"kind"`
-	Version string `json:"version"`
-}
-
-// addLosingKinds returns the winning schema, with the losing schema's group-version-kinds of group and
-// version appended to its x-kubernetes-group-version-kind when it lacks them.
-func addLosingKinds(winner, loser json.RawMessage, group, version string) (json.RawMessage, error) {
-	if bytes.Equal(winner, loser) || !bytes.Contains(loser, []byte(gvkExtension)) {
-		return winner, nil
-	}
-	loserGVKs, _, err := schemaKinds(loser)
-	if err != nil {
-		return nil, err
-	}
-	var candidates []gvk
-	for _, k := range loserGVKs {
-		if k.Group == group && k.Version == version {
-			candidates = append(candidates, k)
-		}
-	}
-	if len(candidates) == 0 {
-		return winner, nil
-	}
-	winnerGVKs, members, err := schemaKinds(winner)
-	if err != nil {
-		return nil, err
-	}
-	added := false
-	for _, k := range candidates {
-		if !slices.Contains(winnerGVKs, k) {
-			winnerGVKs = append(winnerGVKs, k)
-			added = true
-		}
-	}
-	if !added {
-		return winner, nil
-	}
-	list, err := json.Marshal(winnerGVKs)
-	if err != nil {
-		return nil, err
-	}
-	members[gvkExtension] = list
-	return json.Marshal(members)
-}
-
-// schemaKinds returns a schema's x-kubernetes-group-version-kind and its members.
-func schemaKinds(schema json.RawMessage) ([]gvk, map[string]json.RawMessage, error) {
-	members, err := splitObject(schema)
-	if err != nil {
-		return nil, nil, err
-	}
-	var kinds []gvk
-	if raw, ok := members[gvkExtension]; ok {
-		if err := json.Unmarshal(raw, &kinds); err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", gvkExtension, err)
-		}
-	}
-	return kinds, members, nil
-}
 
 // danglingSchemaRef returns the first "#/components/schemas/<name>" string in data (a compact JSON
 // document) whose name is not in schemas.

@@ -190,11 +190,12 @@ func spec(t *testing.T, doc string) *OpenAPISpec {
 	return &OpenAPISpec{JSON: []byte(doc), Hash: openAPIHash([]byte(doc))}
 }
 
-// On a name clash the newest input's schema wins; the loser's kinds of this group-version are added.
+// On a name clash the newest input's schema wins; of the loser's kinds, only the schema's own kind
+// of this group-version is added (not another type's kind, not another group-version's).
 func TestMergeOpenAPIClash(t *testing.T) {
 	newest := spec(t, `{"openapi":"3.0.0","info":{"version":"new"},"paths":{"/apis/g/v1/xs":{"get":{"description":"new"}}},
 		"components":{"schemas":{
-		"g.v1.X":{"description":"new X","x-kubernetes-group-version-kind":[{"group":"g","kind":"X","version":"v1"}]},
+		"g.v1.X":{"description":"new X","x-kubernetes-group-version-kind":[{"group":"g","kind":"X","version":"v1beta1"}]},
 		"g.v1.Same":{"type":"string"}}}}`)
 	older := spec(t, `{"openapi":"3.0.0","info":{"version":"old"},"paths":{"/apis/g/v1/xs":{"get":{"description":"old"}},"/apis/g/v1/ys":{"get":{"$ref":"#/components/schemas/g.v1.Y"}}},
 		"components":{"schemas":{
@@ -207,7 +208,7 @@ func TestMergeOpenAPIClash(t *testing.T) {
 	}
 	want := `{"components":{"schemas":{` +
 		`"g.v1.Same":{"type":"string"},` +
-		`"g.v1.X":{"description":"new X","x-kubernetes-group-version-kind":[{"group":"g","kind":"X","version":"v1"},{"group":"g","kind":"X2","version":"v1"}]},` +
+		`"g.v1.X":{"description":"new X","x-kubernetes-group-version-kind":[{"group":"g","kind":"X","version":"v1beta1"},{"group":"g","kind":"X","version":"v1"}]},` +
 		`"g.v1.Y":{"description":"only old"}}},` +
 		`"info":{"version":"new"},"openapi":"3.0.0",` +
 		`"paths":{"/apis/g/v1/xs":{"get":{"description":"new"}},"/apis/g/v1/ys":{"get":{"$ref":"#/components/schemas/g.v1.Y"}}}}`
@@ -232,7 +233,7 @@ func TestMergeOpenAPIRejects(t *testing.T) {
 	for _, tc := range []struct {
 		name, doc, err string
 	}{
-		{"dangling ref", `{"paths":{"/p":{"get":{"schema":{"$ref":"#/components/schemas/missing"}}}},"components":{"schemas":{"b":{}}}}`, `dangling reference to schema "missing"`},
+		{"dangling ref", `{"paths":{"/apis/g/v1/p":{"get":{"schema":{"$ref":"#/components/schemas/missing"}}}},"components":{"schemas":{"b":{}}}}`, `dangling reference to schema "missing"`},
 		{"dangling ref in a schema", `{"paths":{},"components":{"schemas":{"b":{"allOf":[{"$ref":"#/components/schemas/c~1d"}]}}}}`, `dangling reference to schema "c/d"`},
 		{"paths not an object", `{"paths":[],"components":{"schemas":{}}}`, "paths: not a JSON object"},
 		{"schemas not an object", `{"paths":{},"components":{"schemas":"x"}}`, "components.schemas: not a JSON object"},

@@ -87,7 +87,7 @@ func TestBuildOpenAPIWantsMissing(t *testing.T) {
 // Inputs that do not merge: route to the fallback, flagged, nothing wanted.
 func TestBuildOpenAPIMergeFails(t *testing.T) {
 	facts := skewForMerge(t, true, true)
-	broken := spec(t, `{"paths":{"/x":{"$ref":"#/components/schemas/nope"}},"components":{"schemas":{}}}`)
+	broken := spec(t, `{"paths":{"/apis/admissionregistration.k8s.io/v1/x":{"$ref":"#/components/schemas/nope"}},"components":{"schemas":{}}}`)
 	facts[0].OpenAPI = loadCaptured(t, v135).withoutKeys()
 	facts[0].OpenAPI.Keys[keyAdmission] = broken.Hash
 	facts[0].OpenAPIDocs = map[string]*OpenAPISpec{keyAdmission: broken}

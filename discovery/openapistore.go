@@ -63,9 +63,13 @@ func openAPIDocsID(docs map[string]*OpenAPISpec) string {
 }
 
 // heldOpenAPIDocLocked returns the document of key any upstream holds under hash. Shared by key and
-// hash, never by hash alone: a hash whose form is not checked (not SHA-512) proves nothing about
-// the bytes, so one upstream's document never stands for another key's.
+// hash, never by hash alone, and only for a hash of handler3's form: a document is held only once
+// its bytes hashed to it (openAPIDoc), so another upstream publishing that hash for the key would
+// serve these very bytes. Any other hash proves nothing and is never shared.
 func (c *Controller) heldOpenAPIDocLocked(key, hash string) *OpenAPISpec {
+	if !isSHA512Hex(hash) {
+		return nil
+	}
 	for _, s := range c.states {
 		if d := s.openapiDocs[key]; d != nil && d.Hash == hash {
 			return d

@@ -2,6 +2,7 @@ package discovery
 
 import (
 	"github.com/skewgate/skewgate/internal/openapitest"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap/zaptest"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // openAPIController runs a controller over static upstreams (name -> address) whose OpenAPI wants
@@ -229,6 +231,20 @@ func TestOpenAPIDocsAsWanted(t *testing.T) {
 		}
 	})
 
+	t.Run("dropped when routed only", func(t *testing.T) {
+		// The key became an aggregated APIService's (or took an unverifiable hash): what was held for
+		// its merge is never used again.
+		routedOnly := &Topology{Version: decidedVersion, openapi: openAPIView{
+			decisions: map[string]OpenAPIDecision{keyApps: {Action: ActionRoute, Set: "old"}},
+			routed:    map[string]string{keyApps: "an aggregated APIService serves it"}}}
+		c.applyOpenAPIWants(routedOnly)
+		for name := range ups {
+			if d := heldDoc(c, name, keyApps); d != nil {
+				t.Errorf("%s still holds apps/v1", name)
+			}
+		}
+	})
+
 	t.Run("dropped when no longer wanted", func(t *testing.T) {
 		// A key's documents stay while any upstream is asked for the key (a merge needs them all),
 		// not because the key is routed: a skew resolved into a route needs no documents.
@@ -315,8 +331,21 @@ func TestFactsAndInputsCarryOpenAPI(t *testing.T) {
 	sameHash := digest()
 	s.openapi = &OpenAPIIndex{Keys: idx.Keys, Hash: "i2"}
 	otherIndex := digest()
+	// An aggregated APIService appearing changes what may be merged.
+	c.apiServices = func() []*metav1.PartialObjectMetadata {
+		return []*metav1.PartialObjectMetadata{{ObjectMeta: metav1.ObjectMeta{Name: "v1beta1.metrics.k8s.io"}}}
+	}
+	aggregated := digest()
+	if facts, _, _ := c.facts(cands, time.Now()); !slices.Equal(facts[0].AggregatedAPIs, []string{"metrics.k8s.io/v1beta1"}) {
+		t.Errorf("facts: aggregated %v", facts[0].AggregatedAPIs)
+	}
+	c.apiServicesSynced = func() bool { return false }
+	if facts, _, _ := c.facts(cands, time.Now()); !slices.Equal(facts[0].AggregatedAPIs, []string{allAggregated}) {
+		t.Errorf("facts before the APIServices synced: aggregated %v, want every group-version", facts[0].AggregatedAPIs)
+	}
+	c.apiServicesSynced = func() bool { return true }
 	all := map[string][32]byte{"none": none, "empty": empty, "index": withIndex, "doc": withDoc, "doc hash": otherHash,
-		"doc key": otherKey, "other index": otherIndex}
+		"doc key": otherKey, "other index": otherIndex, "aggregated": aggregated}
 	seen := map[[32]byte]string{}
 	for name, d := range all {
 		if prev, ok := seen[d]; ok {

@@ -118,6 +118,10 @@ func (c *Controller) settleLeaseEvent(event time.Time, published bool) {
 // departed upstreams.
 func (c *Controller) facts(cands []candidate, now time.Time) (facts []UpstreamFacts, initialized bool, next time.Time) {
 	initialized = true
+	aggregated := []string{allAggregated} // until the APIServices are known, any key may be one's
+	if c.apiServicesSynced() {
+		aggregated = aggregatedAPIs(c.apiServices())
+	}
 	c.mu.Lock()
 	facts = make([]UpstreamFacts, 0, len(cands)+len(c.departed))
 	for _, cand := range cands {
@@ -126,7 +130,7 @@ func (c *Controller) facts(cands []candidate, now time.Time) (facts []UpstreamFa
 		f := UpstreamFacts{Upstream: Upstream{
 			Name: cand.Name, Address: cand.Address, Source: cand.Source, LeaseName: cand.LeaseName, Holder: cand.Holder,
 			Version: s.version, Ready: s.ready, Stale: s.fetchFailing && s.apis != nil,
-		}}
+		}, AggregatedAPIs: aggregated}
 		if s.apis != nil || s.api != nil {
 			if expiry := s.lastFetchOK.Add(c.cfg.CapabilityTTL); !s.fetchFailing || expiry.After(now) {
 				f.API, f.APIs = s.api, s.apis
@@ -191,6 +195,7 @@ func inputsDigest(facts []UpstreamFacts, ignored []IgnoredLease) [sha256.Size]by
 		doc(f.API)
 		doc(f.APIs)
 		openapi(f.OpenAPI, f.OpenAPIDocs)
+		field(strings.Join(f.AggregatedAPIs, ","))
 		b.WriteByte(1)
 	}
 	for _, l := range ignored {
