@@ -34,8 +34,8 @@ type host struct {
 	// health check state below against that passive failure.
 	hcExcluded atomic.Bool
 	hcmu       sync.Mutex
-	active  atomic.Int64
-	checked atomic.Bool
+	active     atomic.Int64
+	checked    atomic.Bool
 	// active health check state, owned by the host's checker goroutine
 	numHealthy, numUnhealthy int
 	od                       outlierHost
@@ -57,7 +57,7 @@ type cluster struct {
 	hc        *corev3.HealthCheck
 	od        *outlier
 	upstream  *upstreamFilters // http_filters of the HttpProtocolOptions (upstreamfilters.go)
-	traffic   atomic.Bool // a request was sent: health checks use interval, not no_traffic_interval
+	traffic   atomic.Bool      // a request was sent: health checks use interval, not no_traffic_interval
 	rr        atomic.Uint64
 	warmed    chan struct{}
 	warmOnce  sync.Once
