@@ -45,7 +45,7 @@ const (
 // UpstreamHttpFilterConfigFactory)) and its encodeHeaders applies response_mutations
 // (header_mutation.cc). upstream_codec must be last. The active health checks use their own codec
 // clients, not the router (health_checkers/http/health_checker_impl.cc), so /readyz is untouched.
-// Read at envoyproxy/envoy: router.cc at 39afb121ca, health_checker_base_impl.cc at 1204f55de6,
+// Read at envoyproxy/envoy: router.cc at 001b1c0cd4 and 39afb121ca, health_checker_base_impl.cc at 1204f55de6,
 // upstream_request.cc and upstream_codec_filter.cc at 0075dc33dd, header_mutation config.cc at
 // 170253a39c and header_mutation.cc at 0340a59ab1; the index holds no copy at the 1.37.6..1.40.0
 // tags, and every copy of router.cc it holds (back to the 1.x series before upstream filters) has

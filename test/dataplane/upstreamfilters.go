@@ -91,7 +91,7 @@ func (uf *upstreamFilters) encodeHeaders(h http.Header) {
 const immediateHealthCheckFailHeader = "X-Envoy-Immediate-Health-Check-Fail"
 
 // onUpstreamHeaders is the part of the router's Filter::onUpstreamHeaders (source/common/router/
-// router.cc at 39afb121ca) that acts on x-envoy-immediate-health-check-fail, after the upstream
+// router.cc at 001b1c0cd4 and 39afb121ca) that acts on x-envoy-immediate-health-check-fail, after the upstream
 // filters ran: a response carrying it, whatever its value, calls
 // healthChecker().setUnhealthy(ImmediateHealthCheckFail), unconditionally (suppress_envoy_headers
 // does not cover it). A host without an active health checker has the null monitor: nothing happens.
@@ -112,5 +112,5 @@ func (c *cluster) onUpstreamHeaders(h *host, resp *http.Response) {
 	if h.healthy.Load() {
 		h.healthy.Store(false)
 	}
-	c.dp.logf("stands in for Envoy: host %s of %s marked unhealthy by %s", h.addr, c.name, immediateHealthCheckFailHeader)
+	c.dp.logf("host %s of %s marked unhealthy by %s", h.addr, c.name, immediateHealthCheckFailHeader)
 }
