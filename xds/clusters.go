@@ -56,6 +56,7 @@ const (
 func (tb *translator) apiserverCluster(name string, addrs []string, kind clusterKind) (*clusterv3.Cluster, error) {
 	alpn, codec := "h2", typev3.CodecClientType_HTTP2
 	h1 := kind == kindHTTP1
+	var err error
 	proto := &httpv3.HttpProtocolOptions{
 		CommonHttpProtocolOptions: &corev3.HttpProtocolOptions{IdleTimeout: durationpb.New(time.Hour)},
 		UpstreamProtocolOptions: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig{
@@ -65,6 +66,9 @@ func (tb *translator) apiserverCluster(name string, addrs []string, kind cluster
 				ConnectionKeepalive:  &corev3.KeepaliveSettings{Interval: durationpb.New(30 * time.Second), Timeout: durationpb.New(10 * time.Second)},
 			}},
 		}},
+	}
+	if proto.HttpFilters, err = apiserverUpstreamFilters(); err != nil {
+		return nil, err
 	}
 	if h1 {
 		name = wire.HTTP1Cluster(name)

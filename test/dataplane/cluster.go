@@ -30,14 +30,20 @@ type host struct {
 	// first_check_), so it carries no request before it was checked.
 	healthy atomic.Bool
 	ejected atomic.Bool // FAILED_OUTLIER_CHECK
-	active  atomic.Int64
-	checked atomic.Bool
+	// hcExcluded is EXCLUDED_VIA_IMMEDIATE_HC_FAIL (upstreamfilters.go); hcmu guards the active
+	// health check state below against that passive failure.
+	hcExcluded atomic.Bool
+	hcmu       sync.Mutex
+	active     atomic.Int64
+	checked    atomic.Bool
 	// active health check state, owned by the host's checker goroutine
 	numHealthy, numUnhealthy int
 	od                       outlierHost
 }
 
-func (h *host) available() bool { return h.healthy.Load() && !h.ejected.Load() }
+func (h *host) available() bool {
+	return h.healthy.Load() && !h.ejected.Load() && !h.hcExcluded.Load()
+}
 
 // cluster is an upstream cluster built from a CDS resource.
 type cluster struct {
@@ -50,7 +56,8 @@ type cluster struct {
 	deflt     *tls.Config   // transport_socket
 	hc        *corev3.HealthCheck
 	od        *outlier
-	traffic   atomic.Bool // a request was sent: health checks use interval, not no_traffic_interval
+	upstream  *upstreamFilters // http_filters of the HttpProtocolOptions (upstreamfilters.go)
+	traffic   atomic.Bool      // a request was sent: health checks use interval, not no_traffic_interval
 	rr        atomic.Uint64
 	warmed    chan struct{}
 	warmOnce  sync.Once
@@ -155,6 +162,9 @@ func newCluster(d *DataPlane, cfg *clusterv3.Cluster) (*cluster, error) {
 		return nil, err
 	}
 	c := &cluster{dp: d, name: cfg.Name, cfg: cfg, http1: h1, warmed: make(chan struct{})}
+	if c.upstream, err = parseUpstreamFilters(cfg); err != nil {
+		return nil, fmt.Errorf("cluster %s: %w", cfg.Name, err)
+	}
 	if c.deflt, err = upstreamTLS(cfg.TransportSocket, d.secrets); err != nil {
 		return nil, fmt.Errorf("cluster %s: %w", cfg.Name, err)
 	}

@@ -36,7 +36,9 @@
 //     Envoy's thresholds over the socket transport_socket_match_criteria selects; outlier detection
 //     on consecutive 5xx, gateway and local-origin failures (upstream answers count in split mode
 //     too); least-request P2C with random ties; healthy_panic_threshold; upstream TLS verified
-//     against trusted_ca and SAN matchers.
+//     against trusted_ca and SAN matchers; a response with x-envoy-immediate-health-check-fail
+//     marks a health-checked host unhealthy until its next passing check; upstream http_filters of
+//     header_mutation removals then upstream_codec run first (any other chain is refused).
 //   - Listener: the bootstrap's global downstream connection limit (overload manager monitor, or
 //     the deprecated runtime key): over it a connection is accepted and closed at once.
 //   - Secrets: SDS files read on arrival and again only on a move into the watched path; inline

@@ -116,6 +116,8 @@ func inRanges(rs []*typev3.Int64Range, code, defStart, defEnd int) bool {
 // retriable marks a healthy host unhealthy at once; network failures (and retriable statuses)
 // do after unhealthy_threshold in a row. It returns whether the health changed.
 func (c *cluster) record(h *host, r hcResult) bool {
+	h.hcmu.Lock()
+	defer h.hcmu.Unlock()
 	first := !h.checked.Load()
 	if r == hcPass {
 		h.numUnhealthy = 0
@@ -123,6 +125,7 @@ func (c *cluster) record(h *host, r hcResult) bool {
 		if !h.healthy.Load() {
 			h.numHealthy++
 			if first || h.numHealthy >= int(c.hc.GetHealthyThreshold().GetValue()) {
+				h.hcExcluded.Store(false) // EXCLUDED_VIA_IMMEDIATE_HC_FAIL clears with FAILED_ACTIVE_HC
 				h.healthy.Store(true)
 				h.numHealthy = 0
 				changed = true

@@ -129,6 +129,7 @@ func (a *attempts) RoundTrip(req *http.Request) (*http.Response, error) {
 		h.active.Add(1)
 		resp, err := h.tr.RoundTrip(out)
 		if err == nil {
+			a.c.onUpstreamHeaders(h, resp) // upstream filters, then x-envoy-immediate-health-check-fail
 			if a.c.od != nil {
 				a.c.od.httpStatus(h, resp.StatusCode)
 			}
