@@ -293,9 +293,17 @@ func frontBootstrap(xdsAddr string) xds.BootstrapOptions {
 	return xds.BootstrapOptions{NodeID: "front-1", NodeCluster: "skewgate-front", XDSAddress: xdsAddr, Delta: true, AdminAddress: "127.0.0.1:0"}
 }
 
-func (f *Front) startEnvoy(bin, xdsAddr string, o Options) error {
+// envoyBootstrap is the bootstrap a real Envoy front starts with: the admin API on a socket of the
+// front's own (the bootstrap refuses port 0, and a fixed port would collide between fronts).
+func envoyBootstrap(dir, xdsAddr string, o Options) xds.BootstrapOptions {
 	bo := frontBootstrap(xdsAddr)
+	bo.AdminAddress = "unix://" + filepath.Join(dir, "envoy-admin.sock")
 	bo.MaxConnections = o.MaxConnections
+	return bo
+}
+
+func (f *Front) startEnvoy(bin, xdsAddr string, o Options) error {
+	bo := envoyBootstrap(f.dir, xdsAddr, o)
 	cmd, logf, err := startEnvoyProcess(bin, f.dir, bo,
 		"--base-id", strconv.Itoa(o.Host*100+os.Getpid()%100))
 	if err != nil {
