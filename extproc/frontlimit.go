@@ -27,7 +27,7 @@ type slots struct {
 }
 
 // defaultSlots leaves half the cores (at least one answer at a time) to the routing decisions, and
-// defaultSlotWait is a fifth of Envoy's default ext_proc message timeout: a burst (a client reading
+// defaultSlotWait is a fifth of the ext_proc message timeout skewgate gives Envoy (500 ms): a burst (a client reading
 // legacy discovery asks for every group-version at once) queues, a flood is refused while Envoy still
 // waits for the answer.
 func defaultSlots() int { return max(1, runtime.GOMAXPROCS(0)/2) }

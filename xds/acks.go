@@ -40,6 +40,9 @@ type stream struct {
 	// nil and "" before the first.
 	clusters map[string]bool
 	acked    string
+	// refused is the latest snapshot version this stream NACKed (any type): an Envoy that answers
+	// the latest snapshot, if only to refuse it, is alive and serving with what it has.
+	refused string
 	// nacked is, per type URL we sent, a digest of the version and detail of the latest NACK not
 	// followed by an ACK. It is all that is remembered of NACKs: one entry per type, dropped with
 	// the stream, so an Envoy that keeps rejecting (or sends ever-new details) cannot grow memory.
@@ -218,6 +221,10 @@ func (a *acks) received(id streamKey, node *corev3.Node, nonce string, nack *str
 			}
 			a.log.Error("Envoy rejected configuration; it keeps its last accepted config",
 				zap.String("node", s.node), zap.String("type", typ), zap.String("version", p.version), zap.String("detail", detail))
+		}
+		if s.refused != p.version {
+			s.refused = p.version
+			a.recompute()
 		}
 		return
 	}

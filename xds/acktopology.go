@@ -23,7 +23,11 @@ import (
 // counts only once its first request passed the version gate (version.go), and only while it keeps
 // acknowledging: a stream that has not acknowledged a snapshot within ackTimeout of its publication
 // (or of the stream's first request, when later) stops counting, is logged and counted
-// (skewgate_xds_ack_timeouts_total), and counts again once it has the latest snapshot. Without the
+// (skewgate_xds_ack_timeouts_total), and counts again once it has the latest snapshot. A stream that
+// NACKed the latest snapshot answered it: it is alive and serves with what it acknowledged before,
+// so it keeps counting at that version, with no deadline (otherwise one Envoy refusing a snapshot
+// would leave ext_proc with no Topology at all after the timeout, or, beside other Envoys, naming
+// clusters it does not have). Without the
 // bound a stream that says nothing would keep ext_proc from naming any cluster, and one that
 // acknowledges a snapshot and goes quiet would pin ext_proc to that snapshot's Topology, whose
 // decisions override the skew routes of the Envoys that moved on. Envoy sends its ACK as soon as it
@@ -72,6 +76,15 @@ func (a *acks) gated() []*stream {
 				s.lagging = false
 				a.m.laggingStreams.Dec()
 				a.log.Info("an xDS stream acknowledged the latest snapshot; ext_proc follows it again", zap.String("node", s.node))
+			}
+			counted = append(counted, s)
+			continue
+		}
+		if latest := a.order[len(a.order)-1]; s.refused == latest && i >= 0 {
+			if s.lagging {
+				s.lagging = false
+				a.m.laggingStreams.Dec()
+				a.log.Info("an xDS stream refused the latest snapshot; ext_proc decides with what it acknowledged before", zap.String("node", s.node))
 			}
 			counted = append(counted, s)
 			continue

@@ -226,3 +226,28 @@ func TestQuietStreamStopsHoldingTheGate(t *testing.T) {
 		t.Errorf("after both acknowledged the second snapshot ext_proc decides with %s", topologyName(g, got))
 	}
 }
+
+// TestRefusingEnvoyKeepsItsTopology: the only Envoy NACKs a snapshot. It keeps serving with the one
+// it acknowledged before, so ext_proc keeps deciding with that Topology, past the ACK timeout too
+// (a NACK is an answer, not silence), and follows the Envoy once it accepts a later snapshot.
+func TestRefusingEnvoyKeepsItsTopology(t *testing.T) {
+	g := startGateServer(t)
+	g.src.Set(g.second)
+	fetchClusters(t, g.envoy)
+	if err := g.envoy.Nack("refused for the test"); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the Envoy's NACK", func() bool { return testutil.ToFloat64(g.m.nacks.WithLabelValues("cluster")) == 1 })
+	// No ACK deadline is left for the Envoy that answered (the clock has no other timers here).
+	waitUntil(t, "no ACK deadline armed", func() bool { return !g.clk.HasWaiters() })
+	g.clk.Step(31 * time.Second)
+	if got := g.Current(); got != g.first {
+		t.Fatalf("past the ACK timeout after a NACK ext_proc decides with %s, want first (what the Envoy serves with)", topologyName(g, got))
+	}
+	if n := testutil.ToFloat64(g.m.laggingStreams); n != 0 {
+		t.Errorf("lagging streams = %v, want 0: the refusing Envoy answered", n)
+	}
+	if n := testutil.ToFloat64(g.m.gatedStreams); n != 1 {
+		t.Errorf("gated streams = %v, want 1", n)
+	}
+}
