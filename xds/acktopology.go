@@ -72,20 +72,12 @@ func (a *acks) gated() []*stream {
 		}
 		i := a.has(s)
 		if i == len(a.order)-1 {
-			if s.lagging {
-				s.lagging = false
-				a.m.laggingStreams.Dec()
-				a.log.Info("an xDS stream acknowledged the latest snapshot; ext_proc follows it again", zap.String("node", s.node))
-			}
+			a.catchUp(s, "an xDS stream acknowledged the latest snapshot; ext_proc follows it again")
 			counted = append(counted, s)
 			continue
 		}
 		if latest := a.order[len(a.order)-1]; s.refused == latest && i >= 0 {
-			if s.lagging {
-				s.lagging = false
-				a.m.laggingStreams.Dec()
-				a.log.Info("an xDS stream refused the latest snapshot; ext_proc decides with what it acknowledged before", zap.String("node", s.node))
-			}
+			a.catchUp(s, "an xDS stream refused the latest snapshot; ext_proc decides with what it acknowledged before")
 			counted = append(counted, s)
 			continue
 		}
@@ -122,6 +114,16 @@ func (a *acks) gated() []*stream {
 	}
 	a.m.gatedStreams.Set(float64(len(counted)))
 	return counted
+}
+
+// catchUp ends s's lagging, if it was, with msg logged. Called with a.mu held.
+func (a *acks) catchUp(s *stream, msg string) {
+	if !s.lagging {
+		return
+	}
+	s.lagging = false
+	a.m.laggingStreams.Dec()
+	a.log.Info(msg, zap.String("node", s.node))
 }
 
 func (a *acks) expire() {

@@ -56,21 +56,7 @@ func TestGatewayAnswersEjectNobody(t *testing.T) {
 		t.Skip("end-to-end test: needs the testbed binaries (make testbed-bins)")
 	}
 	tb := testbed.StartT(t, testbed.Config{})
-	var ejections atomic.Int64
-	logf := func(format string, args ...any) {
-		if strings.Contains(format, "outlier detection ejected") {
-			ejections.Add(1)
-		}
-		t.Logf(format, args...)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	f, err := front.Start(ctx, tb, front.Options{Dir: t.TempDir(), Logger: zaptest.NewLogger(t).Named("skewgate"), Logf: logf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(f.Close)
-	logDataPlane(t, f)
+	f, ejections := frontCounting(t, tb, "outlier detection ejected")
 
 	admin := tb.AdminTokenKubeconfig()
 	if out, stderr, err := kubectlApply(admin, brokenAPIService, "apply", "-f", "-"); err != nil {
@@ -204,4 +190,26 @@ func TestGatewayAnswersEjectNobody(t *testing.T) {
 	if f.DataPlane != "envoy" && ejections.Load() != 0 {
 		t.Errorf("the data plane ejected an apiserver %d times, want never", ejections.Load())
 	}
+}
+
+// frontCounting starts a front on tb whose data plane's log lines are logged and counted when their
+// format contains line.
+func frontCounting(t *testing.T, tb *testbed.Testbed, line string) (*front.Front, *atomic.Int64) {
+	t.Helper()
+	var n atomic.Int64
+	logf := func(format string, args ...any) {
+		if strings.Contains(format, line) {
+			n.Add(1)
+		}
+		t.Logf(format, args...)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	f, err := front.Start(ctx, tb, front.Options{Dir: t.TempDir(), Logger: zaptest.NewLogger(t).Named("skewgate"), Logf: logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Close)
+	logDataPlane(t, f)
+	return f, &n
 }

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net"
@@ -13,9 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap/zaptest"
-
-	"github.com/skewgate/skewgate/test/front"
 	"github.com/skewgate/skewgate/test/testbed"
 )
 
@@ -112,21 +108,7 @@ func TestImmediateHealthCheckFailIgnored(t *testing.T) {
 	host, portStr, _ := net.SplitHostPort(strings.TrimPrefix(backend.URL, "https://"))
 	port, _ := strconv.Atoi(portStr)
 
-	var marked atomic.Int64
-	logf := func(format string, args ...any) {
-		if strings.Contains(format, "marked unhealthy by") {
-			marked.Add(1)
-		}
-		t.Logf(format, args...)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	f, err := front.Start(ctx, tb, front.Options{Dir: t.TempDir(), Logger: zaptest.NewLogger(t).Named("skewgate"), Logf: logf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(f.Close)
-	logDataPlane(t, f)
+	f, marked := frontCounting(t, tb, "marked unhealthy by")
 
 	admin := tb.AdminTokenKubeconfig()
 	if out, stderr, err := kubectlApply(admin, hcFailManifests(host, port), "apply", "-f", "-"); err != nil {
