@@ -57,7 +57,7 @@ func rounds(t *testing.T, kubeconfig, prefix string, n, workers int) (notFound, 
 
 // controlMinNotFoundShare is the least share of 404s the round-robin control must show. Each kubectl
 // call is a new connection and the control alternates them over old (v1.35, no such API) and new,
-// so about half of the calls meet old (README: 60% measured); 25% is far outside chance for 600
+// so about half of the calls meet old (README gives the share measured); 25% is far outside chance for 600
 // calls yet low enough that only a control that stopped reaching old fails it.
 const controlMinNotFoundShare = 0.25
 
