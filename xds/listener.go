@@ -148,9 +148,21 @@ func (tb *translator) listener() (*listenerv3.Listener, error) {
 		FilterChains: []*listenerv3.FilterChain{{
 			Filters:         []*listenerv3.Filter{{Name: filterHCM, ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: hcmAny}}},
 			TransportSocket: &corev3.TransportSocket{Name: transportTLS, ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: tlsAny}},
+			// A socket that never completes its TLS handshake is closed after this (Envoy arms
+			// ServerConnectionImpl::setTransportSocketConnectTimeout at accept and cancels it on
+			// Connected, source/common/network/connection_impl.cc and
+			// source/common/listener_manager/active_stream_listener_base.cc, newest stored copies).
+			// Without it such a socket lives until the connection manager's one-hour idle timeout
+			// (request_headers_timeout starts with a stream), so a flood of silent sockets would hold
+			// the global connection limit for an hour.
+			TransportSocketConnectTimeout: durationpb.New(transportSocketConnectTimeout),
 		}},
 	}, nil
 }
+
+// transportSocketConnectTimeout bounds a client's TLS handshake: generous for a slow client, short
+// against silent sockets.
+const transportSocketConnectTimeout = 10 * time.Second
 
 // neverSentFlags are Envoy's response flags for local replies to requests that provably never reached
 // an apiserver: no healthy upstream (UH), upstream connection failure (UF), no cluster found (NC).

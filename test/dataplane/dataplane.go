@@ -89,7 +89,11 @@ type DataPlane struct {
 	cancel   context.CancelFunc
 	done     chan struct{}
 	tlsSwap  *atomic.Pointer[tls.Config]
-	conns    *connLimit
+	// connectTimeout is the active filter chain's transport_socket_connect_timeout, handshakes the
+	// listener that completes TLS handshakes under it (handshake.go).
+	connectTimeout *atomic.Int64
+	handshakes     *handshakeListener
+	conns          *connLimit
 }
 
 // Seed is the seed of this run's random choices.

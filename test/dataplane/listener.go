@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net"
 	"strings"
+	"time"
 
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
@@ -38,6 +39,8 @@ type chain struct {
 	tls       *tls.Config
 	routeName string
 	secrets   []string
+	// connectTimeout is the filter chain's transport_socket_connect_timeout (0: none).
+	connectTimeout time.Duration
 }
 
 func (d *DataPlane) buildChain(l *listenerv3.Listener) (*chain, error) {
@@ -120,6 +123,7 @@ func (d *DataPlane) applyListener(resources []*anypb.Any) (routes, secrets []str
 	ch.tls = tc
 	ch.routeName = ch.hcm.GetRds().GetRouteConfigName()
 	ch.secrets = secretNames(l.FilterChains[0].TransportSocket)
+	ch.connectTimeout = l.FilterChains[0].GetTransportSocketConnectTimeout().AsDuration()
 	sa := l.GetAddress().GetSocketAddress()
 	d.mu.Lock()
 	if d.server == nil && d.bound == nil {

@@ -113,12 +113,16 @@ func (d *DataPlane) maybeActivate() {
 			ErrorLog: discardLog,
 		}
 		d.server = srv
-		go srv.ServeTLS(lis, "", "")
+		d.connectTimeout = new(atomic.Int64)
+		d.connectTimeout.Store(int64(w.connectTimeout))
+		d.handshakes = newHandshakeListener(lis, srv.TLSConfig, d.connectTimeout, d.logf)
+		go srv.Serve(d.handshakes)
 		d.logf("listener warmed: serving on %s", d.addr)
 		d.readyOne.Do(func() { close(d.ready) })
 		return
 	}
 	d.tlsSwap.Store(w.tls)
+	d.connectTimeout.Store(int64(w.connectTimeout))
 	d.chain.Store(w)
 	d.logf("listener update warmed and active")
 }
