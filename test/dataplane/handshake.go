@@ -41,13 +41,27 @@ func newHandshakeListener(inner net.Listener, cfg *tls.Config, timeout *atomic.I
 	return l
 }
 
+// loop accepts until the listener is closed. Other accept errors (out of file descriptors) are
+// retried with net/http's back-off, 5 ms doubling to 1 s, as Envoy keeps its listener.
 func (l *handshakeListener) loop() {
+	var delay time.Duration
 	for {
 		c, err := l.Listener.Accept()
 		if err != nil {
-			l.Close()
-			return
+			if errors.Is(err, net.ErrClosed) {
+				l.Close()
+				return
+			}
+			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+			l.logf("listener: accept: %v; retrying in %v", err, delay)
+			select {
+			case <-time.After(delay):
+			case <-l.done:
+				return
+			}
+			continue
 		}
+		delay = 0
 		go l.handshake(c)
 	}
 }

@@ -1,10 +1,13 @@
 package dataplane
 
 import (
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
 	"os"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -40,7 +43,9 @@ func openAfter(t *testing.T, addr string, d time.Duration) (open bool, closedAft
 // it expires; without it nothing closes such a socket early, not even the connection manager's
 // request_headers_timeout (it starts with a stream). A client that completes its handshake is served.
 func TestTransportSocketConnectTimeout(t *testing.T) {
-	short := func(hcm *hcmv3.HttpConnectionManager) { hcm.RequestHeadersTimeout = durationpb.New(300 * time.Millisecond) }
+	short := func(hcm *hcmv3.HttpConnectionManager) {
+		hcm.RequestHeadersTimeout = durationpb.New(300 * time.Millisecond)
+	}
 
 	t.Run("unset", func(t *testing.T) {
 		a := newUpstream(t, "a")
@@ -67,4 +72,51 @@ func TestTransportSocketConnectTimeout(t *testing.T) {
 			t.Errorf("transport socket connect timeouts = %d, want 1", n)
 		}
 	})
+}
+
+// failingListener fails its first n accepts with a non-closed error, as accept(2) does with EMFILE.
+type failingListener struct {
+	net.Listener
+	n atomic.Int64
+}
+
+func (l *failingListener) Accept() (net.Conn, error) {
+	if l.n.Add(-1) >= 0 {
+		return nil, syscall.EMFILE
+	}
+	return l.Listener.Accept()
+}
+
+// TestHandshakeListenerRetriesAcceptErrors: an accept error other than a closed listener (out of
+// file descriptors) does not stop the listener: Envoy keeps listening, and net/http, which served the
+// stand-in's listener before, retries such errors with back-off too.
+func TestHandshakeListenerRetriesAcceptErrors(t *testing.T) {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl := &failingListener{Listener: inner}
+	fl.n.Store(3)
+	var timeout atomic.Int64
+	l := newHandshakeListener(fl, &tls.Config{Certificates: []tls.Certificate{newPKI(t).tlsPair(t, "front", []string{"front"}, false)}}, &timeout, t.Logf)
+	defer l.Close()
+	done := make(chan error, 1)
+	go func() {
+		c, err := tls.Dial("tcp", inner.Addr().String(), &tls.Config{InsecureSkipVerify: true})
+		if err == nil {
+			c.Close()
+		}
+		done <- err
+	}()
+	c, err := l.Accept()
+	if err != nil {
+		t.Fatalf("after 3 accept errors: %v, want the next connection", err)
+	}
+	c.Close()
+	if err := <-done; err != nil {
+		t.Fatalf("client handshake: %v", err)
+	}
+	if n := fl.n.Load(); n >= 0 {
+		t.Errorf("accept errors left unconsumed: %d", n+1)
+	}
 }
