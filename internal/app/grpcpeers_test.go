@@ -4,10 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -18,6 +15,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+
+	"github.com/skewgate/skewgate/internal/testuid"
 )
 
 // extprocDialEnv makes the test binary a fake Envoy on the ext_proc socket it names: it sends one
@@ -115,26 +114,7 @@ func TestExtProcAdmitsOnlyEnvoysUID(t *testing.T) {
 	if got := askExtProc("unix://" + sock); got != codes.OK {
 		t.Fatalf("a client of skewgate's uid got %v, want an answer", got)
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(exe)
-	if err != nil {
-		t.Fatal(err)
-	}
-	client := filepath.Join(dir, "fake-envoy")
-	if err := os.WriteFile(client, b, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(client)
-	cmd.Env = append(os.Environ(), extprocDialEnv+"="+sock)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("fake Envoy as uid 65534: %v: %s", err, out)
-	}
-	if got := strings.TrimSpace(string(out)); got != codes.Unavailable.String() {
+	if got := testuid.RunAsNobody(t, dir, extprocDialEnv+"="+sock); got != codes.Unavailable.String() {
 		t.Errorf("a fake Envoy as uid 65534 got %q, want Unavailable (refused before gRPC)", got)
 	}
 	if n := refusedConnections(t, srv, "extproc", "peer_uid"); n < 1 {

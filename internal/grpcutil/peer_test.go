@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -21,6 +19,8 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+
+	"github.com/skewgate/skewgate/internal/testuid"
 )
 
 // dialEnv makes the test binary a client: it calls Health.Check on the unix socket it names and
@@ -136,27 +136,7 @@ func TestUnixPeerWithAnotherUIDIsRefused(t *testing.T) {
 	if got := check("unix://" + path); got != codes.OK {
 		t.Fatalf("a client of skewgate's own uid got %v, want OK", got)
 	}
-	// A copy of this test binary the other uid may run (the build directory is root-only).
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(exe)
-	if err != nil {
-		t.Fatal(err)
-	}
-	client := filepath.Join(dir, "client")
-	if err := os.WriteFile(client, b, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(client)
-	cmd.Env = append(os.Environ(), dialEnv+"="+path)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("client as uid 65534: %v: %s", err, out)
-	}
-	if got := strings.TrimSpace(string(out)); got != codes.Unavailable.String() {
+	if got := testuid.RunAsNobody(t, dir, dialEnv+"="+path); got != codes.Unavailable.String() {
 		t.Errorf("a client as uid 65534 got %q, want Unavailable (connection refused before gRPC)", got)
 	}
 	if n := testutil.ToFloat64(refused.WithLabelValues("test", RefusedPeerUID)); n < 1 {
