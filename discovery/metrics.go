@@ -48,7 +48,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		upstreams: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "skewgate_discovery_upstreams",
-			Help: "Upstream apiservers in the current Topology by state (ready, not_ready, stale: capabilities from a failed fetch).",
+			Help: "Upstream apiservers in the current Topology by state, each in exactly one (stale: capabilities kept from before a failed fetch; else ready or not_ready).",
 		}, []string{"state"}),
 		fetchErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "skewgate_discovery_fetch_errors_total",
@@ -109,4 +109,27 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.upstreams.WithLabelValues(s)
 	}
 	return m
+}
+
+// setUpstreams sets skewgate_discovery_upstreams: every upstream in exactly one state, so the states
+// add up to the upstreams. A stale upstream (capabilities from before a failed fetch) counts as stale
+// whatever its readiness.
+func (m *metrics) setUpstreams(us []Upstream) {
+	counts := map[string]float64{stateReady: 0, stateNotReady: 0, stateStale: 0}
+	for _, u := range us {
+		counts[stateOf(u)]++
+	}
+	for s, n := range counts {
+		m.upstreams.WithLabelValues(s).Set(n)
+	}
+}
+
+func stateOf(u Upstream) string {
+	switch {
+	case u.Stale:
+		return stateStale
+	case u.Ready:
+		return stateReady
+	}
+	return stateNotReady
 }

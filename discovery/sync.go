@@ -75,21 +75,7 @@ func (c *Controller) sync(ctx context.Context) time.Time {
 	c.settleLeaseEvent(leaseEvent, true)
 	c.metrics.generation.Set(float64(gen))
 	c.metrics.published.Inc()
-	var ready, notReady, stale float64
-	for _, u := range slices.Concat(t.Upstreams, t.Unproven) {
-		switch {
-		case u.Ready:
-			ready++
-		default:
-			notReady++
-		}
-		if u.Stale {
-			stale++
-		}
-	}
-	c.metrics.upstreams.WithLabelValues(stateReady).Set(ready)
-	c.metrics.upstreams.WithLabelValues(stateNotReady).Set(notReady)
-	c.metrics.upstreams.WithLabelValues(stateStale).Set(stale)
+	c.metrics.setUpstreams(slices.Concat(t.Upstreams, t.Unproven))
 	c.log.Info("topology published", zap.String("version", t.Version), zap.Int("upstreams", len(t.Upstreams)),
 		zap.Int("unproven", len(t.Unproven)), zap.Int("sets", len(t.Sets)), zap.Int("skewed", len(t.Skewed())),
 		zap.Duration("rebuild", time.Since(start)))
