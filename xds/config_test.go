@@ -7,11 +7,13 @@ import (
 	"testing"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/skewgate/skewgate/internal/wire"
 )
@@ -161,7 +163,7 @@ func TestAnonymousClusters(t *testing.T) {
 		if len(a.TransportSocketMatches) != 1 || !proto.Equal(a.TransportSocketMatches[0].Match, hc.TransportSocketMatchCriteria) {
 			t.Fatalf("%s: the health check does not select a transport socket match: %v / %v", a.Name, a.TransportSocketMatches, hc.TransportSocketMatchCriteria)
 		}
-		if got := SecretNames(a.TransportSocketMatches[0].TransportSocket); !slices.Contains(got, SecretFrontProxyCert) {
+		if got := secretNames(t, a.TransportSocketMatches[0].TransportSocket); !slices.Contains(got, SecretFrontProxyCert) {
 			t.Errorf("%s: health checks present %v, want the front-proxy certificate", a.Name, got)
 		}
 		if !proto.Equal(hc.GetHttpHealthCheck(), c.HealthChecks[0].GetHttpHealthCheck()) {
@@ -203,5 +205,31 @@ func TestAnonymousRoutesNeverPresentTheCertificate(t *testing.T) {
 	}
 	if anon == 0 {
 		t.Fatal("no anonymous skew route: the table has no skew routes to check")
+	}
+}
+
+// secretNames is SecretNames for a transport socket the translator built, which must unmarshal.
+func secretNames(t *testing.T, ts *corev3.TransportSocket) []string {
+	t.Helper()
+	names, err := SecretNames(ts)
+	if err != nil {
+		t.Fatalf("SecretNames: %v", err)
+	}
+	return names
+}
+
+// A transport socket whose typed config does not unmarshal is an error, not "no secrets": the check
+// that every referenced secret is served must not pass over it.
+func TestSecretNamesRefusesUndecodableSocket(t *testing.T) {
+	ts := &corev3.TransportSocket{Name: "envoy.transport_sockets.tls", ConfigType: &corev3.TransportSocket_TypedConfig{
+		TypedConfig: &anypb.Any{TypeUrl: "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext", Value: []byte{0xff, 0xff}},
+	}}
+	names, err := SecretNames(ts)
+	if err == nil || !strings.Contains(err.Error(), `transport socket "envoy.transport_sockets.tls"`) {
+		t.Fatalf("SecretNames = %v, %v; want the transport socket's unmarshal error", names, err)
+	}
+	rs := &Resources{Clusters: []*clusterv3.Cluster{{Name: "c", TransportSocket: ts}}}
+	if _, err := sdsReferences(rs); err == nil || !strings.Contains(err.Error(), "envoy.transport_sockets.tls") {
+		t.Fatalf("sdsReferences error = %v, want the transport socket's unmarshal error", err)
 	}
 }

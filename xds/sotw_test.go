@@ -140,9 +140,9 @@ func TestSotWSecretsInEnvoysOrder(t *testing.T) {
 	cds := e.await(responseWithin, resourcev3.ClusterType)[resourcev3.ClusterType]
 	var clusterSecrets []string
 	for _, c := range unmarshalAll[clusterv3.Cluster](t, cds.Resources) {
-		clusterSecrets = append(clusterSecrets, SecretNames(c.TransportSocket)...)
+		clusterSecrets = append(clusterSecrets, secretNames(t, c.TransportSocket)...)
 		for _, m := range c.TransportSocketMatches {
-			clusterSecrets = append(clusterSecrets, SecretNames(m.TransportSocket)...)
+			clusterSecrets = append(clusterSecrets, secretNames(t, m.TransportSocket)...)
 		}
 	}
 	slices.Sort(clusterSecrets)
@@ -198,7 +198,7 @@ func secretNamesOf(t *testing.T, r *discoveryservice.DiscoveryResponse) []string
 func listenerRefs(t *testing.T, l *listenerv3.Listener) (secrets, routes []string) {
 	t.Helper()
 	for _, fc := range l.FilterChains {
-		secrets = append(secrets, SecretNames(fc.TransportSocket)...)
+		secrets = append(secrets, secretNames(t, fc.TransportSocket)...)
 		for _, f := range fc.Filters {
 			var hcm hcmv3.HttpConnectionManager
 			if f.GetTypedConfig().UnmarshalTo(&hcm) != nil {
@@ -258,9 +258,9 @@ func TestDeltaSecretsInEnvoysOrder(t *testing.T) {
 		if err := r.Resource.UnmarshalTo(&c); err != nil {
 			t.Fatal(err)
 		}
-		clusterSecrets = append(clusterSecrets, SecretNames(c.TransportSocket)...)
+		clusterSecrets = append(clusterSecrets, secretNames(t, c.TransportSocket)...)
 		for _, m := range c.TransportSocketMatches {
-			clusterSecrets = append(clusterSecrets, SecretNames(m.TransportSocket)...)
+			clusterSecrets = append(clusterSecrets, secretNames(t, m.TransportSocket)...)
 		}
 	}
 	slices.Sort(clusterSecrets)

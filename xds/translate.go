@@ -170,7 +170,11 @@ func (rs *Resources) check() error {
 		}
 		secrets[sec.Name] = true
 	}
-	for _, ref := range sdsReferences(rs) {
+	refs, err := sdsReferences(rs)
+	if err != nil {
+		return err
+	}
+	for _, ref := range refs {
 		if !secrets[ref] {
 			return fmt.Errorf("secret %q is referenced but not served", ref)
 		}
@@ -246,31 +250,41 @@ func cmpString(a, b string) int {
 
 // sdsReferences lists every secret name the listeners and clusters reference (the snapshot's
 // Consistent() does not check SDS names).
-func sdsReferences(rs *Resources) []string {
-	var out []string
+func sdsReferences(rs *Resources) ([]string, error) {
+	var sockets []*corev3.TransportSocket
 	for _, c := range rs.Clusters {
-		out = append(out, SecretNames(c.TransportSocket)...)
+		sockets = append(sockets, c.TransportSocket)
 		for _, m := range c.TransportSocketMatches {
-			out = append(out, SecretNames(m.TransportSocket)...)
+			sockets = append(sockets, m.TransportSocket)
 		}
 	}
 	for _, l := range rs.Listeners {
 		for _, fc := range l.FilterChains {
-			out = append(out, SecretNames(fc.TransportSocket)...)
+			sockets = append(sockets, fc.TransportSocket)
 		}
 	}
-	return out
+	var out []string
+	for _, ts := range sockets {
+		names, err := SecretNames(ts)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, names...)
+	}
+	return out, nil
 }
 
 // SecretNames lists the SDS secrets a TLS transport socket (upstream or downstream) names: its
-// certificates and its validation context, plain or combined.
-func SecretNames(ts *corev3.TransportSocket) []string {
+// certificates and its validation context, plain or combined. A socket of another type names none; a
+// typed config that does not unmarshal is an error, never "no secrets" (which would let the
+// referenced-but-not-served check pass).
+func SecretNames(ts *corev3.TransportSocket) ([]string, error) {
 	if ts == nil {
-		return nil
+		return nil, nil
 	}
 	m, err := ts.GetTypedConfig().UnmarshalNew()
 	if err != nil {
-		return nil
+		return nil, fmt.Errorf("transport socket %q: %w", ts.GetName(), err)
 	}
 	var c *tlsv3.CommonTlsContext
 	switch ctx := m.(type) {
@@ -279,7 +293,7 @@ func SecretNames(ts *corev3.TransportSocket) []string {
 	case *tlsv3.DownstreamTlsContext:
 		c = ctx.CommonTlsContext
 	default:
-		return nil
+		return nil, nil
 	}
 	var out []string
 	for _, s := range c.GetTlsCertificateSdsSecretConfigs() {
@@ -291,5 +305,5 @@ func SecretNames(ts *corev3.TransportSocket) []string {
 	if s := c.GetCombinedValidationContext().GetValidationContextSdsSecretConfig(); s != nil {
 		out = append(out, s.Name)
 	}
-	return out
+	return out, nil
 }
