@@ -24,6 +24,7 @@ type metrics struct {
 	retained      prometheus.Gauge
 	readyClusters prometheus.Gauge
 	refused       *prometheus.CounterVec
+	unexpressed   prometheus.Gauge
 	// The ACK gate (acktopology.go).
 	gatedStreams   prometheus.Gauge
 	laggingStreams prometheus.Gauge
@@ -78,6 +79,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "skewgate_xds_refused_nodes_total",
 			Help: "xDS streams refused before any resource was sent, by reason: too_old (an Envoy below the supported releases or the patch that fixes CVE-2026-73548), unknown_version (no or a non-1.x user_agent_build_version), not_envoy (user_agent_name is not envoy). Logged once per node and version.",
 		}, []string{"reason"}),
+		unexpressed: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "skewgate_xds_unexpressed_keys",
+			Help: "Skewed resource keys of the published snapshot that Envoy's route table cannot carry: ext_proc decides them, and while it fails open they take the default route. Each is logged and listed by skewgate topology.",
+		}),
 		gatedStreams: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "skewgate_xds_gated_streams",
 			Help: "xDS streams ext_proc waits for (their clusters and Topology): past the version check and acknowledging in time.",
@@ -96,7 +101,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.streams, m.pushes, m.acks, m.nacks, m.ackLatency, m.publishes, m.translate, m.clusters, m.retained, m.readyClusters, m.refused,
-			m.gatedStreams, m.laggingStreams, m.ackTimeouts)
+			m.unexpressed, m.gatedStreams, m.laggingStreams, m.ackTimeouts)
 	}
 	return m
 }

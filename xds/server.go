@@ -88,6 +88,8 @@ type Server struct {
 	mu      sync.Mutex
 	version string
 	changed chan struct{}
+	// unexpressed are the skewed keys of the published snapshot without routes of their own.
+	unexpressed []UnexpressedKey
 }
 
 type retainedCluster struct {
@@ -153,6 +155,14 @@ func (s *Server) ClusterReady(cluster string) bool { return s.acks.Ready(cluster
 // Current returns the Topology ext_proc decides with: the newest one whose snapshot every connected
 // Envoy has acknowledged, nil while there is none (acktopology.go).
 func (s *Server) Current() *discovery.Topology { return s.acks.currentTopology() }
+
+// Unexpressed lists the skewed keys of the published snapshot that have no route of their own in
+// Envoy's route table, with the reason.
+func (s *Server) Unexpressed() []UnexpressedKey {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.unexpressed)
+}
 
 // Version returns the last published snapshot version ("" before the first) and a channel closed at
 // the next publication.
@@ -271,9 +281,15 @@ func (s *Server) publish(ctx context.Context, t *discovery.Topology) time.Time {
 	s.m.clusters.Set(float64(len(rs.Clusters)))
 	s.log.Info("published", zap.String("version", version), zap.String("topology", topologyVersion(t)),
 		zap.Int("clusters", len(rs.Clusters)), zap.Int("retained", len(s.retained)))
+	s.m.unexpressed.Set(float64(len(rs.Unexpressed)))
+	for _, u := range rs.Unexpressed {
+		s.log.Warn("skewed resource without a route of its own in Envoy: ext_proc decides it; failing open it takes the default route",
+			zap.String("version", version), zap.String("key", u.Key.String()), zap.String("reason", u.Reason))
+	}
 
 	s.mu.Lock()
 	s.version = version
+	s.unexpressed = rs.Unexpressed
 	close(s.changed)
 	s.changed = make(chan struct{})
 	s.mu.Unlock()

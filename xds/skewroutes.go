@@ -87,12 +87,12 @@ var (
 
 // skewRoutes returns the routes for every skewed key of the Topology (without anonymous twins) and
 // the keys it cannot express, which ext_proc alone decides.
-func (tb *translator) skewRoutes(retry *routev3.RetryPolicy) ([]*routev3.Route, []discovery.ResourceKey, error) {
+func (tb *translator) skewRoutes(retry *routev3.RetryPolicy) ([]*routev3.Route, []UnexpressedKey, error) {
 	if tb.top == nil {
 		return nil, nil, nil
 	}
 	var out []*routev3.Route
-	var skipped []discovery.ResourceKey
+	var skipped []UnexpressedKey
 	var last discovery.ResourceKey
 	for i, s := range tb.top.Skewed() {
 		if i > 0 && s.Key == last {
@@ -102,7 +102,7 @@ func (tb *translator) skewRoutes(retry *routev3.RetryPolicy) ([]*routev3.Route, 
 		rs, err := tb.keyRoutes(s.Key, retry)
 		if err != nil {
 			// ext_proc still decides it; failing open it takes the default routes, as before.
-			skipped = append(skipped, s.Key)
+			skipped = append(skipped, UnexpressedKey{Key: s.Key, Reason: err.Error()})
 			continue
 		}
 		out = append(out, rs...)

@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
 
 	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/internal/wire"
@@ -182,5 +184,47 @@ func TestSkewRoutesComeAfterRoutedBeforeDefault(t *testing.T) {
 		if _, ok := r.Match.PathSpecifier.(*routev3.RouteMatch_SafeRegex); !ok {
 			t.Errorf("route %s: path specifier %T", r.Name, r.Match.PathSpecifier)
 		}
+	}
+}
+
+// TestUnexpressedKeysAreReported: a skewed key the route table cannot carry is not dropped silently:
+// Translate lists it with its reason (the server logs it, counts it in skewgate_xds_unexpressed_keys
+// and /topology shows it), and the rest of the table is still built.
+func TestUnexpressedKeysAreReported(t *testing.T) {
+	facts := synthetic.Facts(2, 15, 2)
+	newer := *facts[1].APIs
+	newer.Groups = slices.Clone(newer.Groups)
+	g := newer.Groups[0]
+	g.Versions = slices.Clone(g.Versions)
+	long := strings.Repeat("x", 63)
+	g.Versions[0].Resources = append(slices.Clone(g.Versions[0].Resources), apidiscoveryv2.APIResourceDiscovery{
+		Resource: long, Scope: apidiscoveryv2.ScopeNamespace, Verbs: []string{"get", "list"},
+	})
+	newer.Groups[0] = g
+	newer.Hash = "newer"
+	facts[1].APIs = &newer
+	top := discovery.Build("unexpressed", time.Unix(0, 0), facts)
+	rs, err := Translate(top, testOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := discovery.ResourceKey{Group: g.Name, Version: "v1", Resource: long}
+	if len(rs.Unexpressed) != 1 || rs.Unexpressed[0].Key != want || rs.Unexpressed[0].Reason == "" {
+		t.Fatalf("Unexpressed = %+v, want exactly %v with a reason", rs.Unexpressed, want)
+	}
+	if _, err := (&translator{o: testOptions(), top: top}).keyRoutes(want, nil); err == nil || err.Error() != rs.Unexpressed[0].Reason {
+		t.Errorf("reason %q, keyRoutes says %v", rs.Unexpressed[0].Reason, err)
+	}
+	skew := 0
+	for _, r := range rs.Routes[0].VirtualHosts[0].Routes {
+		if strings.Contains(r.Name, "skew:") {
+			skew++
+			if strings.Contains(r.Name, long) {
+				t.Errorf("route %s for the unexpressed key", r.Name)
+			}
+		}
+	}
+	if skew == 0 {
+		t.Error("no skew routes for the other skewed keys")
 	}
 }

@@ -25,6 +25,15 @@ type Resources struct {
 	Clusters []*clusterv3.Cluster
 	// Secrets are the TLS files Envoy loads and watches (SDS with file paths).
 	Secrets []*tlsv3.Secret
+	// Unexpressed lists the skewed keys the route table cannot carry: ext_proc decides them, and while
+	// it fails open they take the default routes. The server logs, counts and shows them (/topology).
+	Unexpressed []UnexpressedKey
+}
+
+// UnexpressedKey is a skewed resource key with no route of its own in Envoy's route table, and why.
+type UnexpressedKey struct {
+	Key    discovery.ResourceKey `json:"key"`
+	Reason string                `json:"reason"`
 }
 
 // ClusterNames returns the names of rs.Clusters.
@@ -129,7 +138,7 @@ func Translate(t *discovery.Topology, o Options) (*Resources, error) {
 	if err != nil {
 		return nil, err
 	}
-	rs := &Resources{Listeners: []*listenerv3.Listener{l}, Routes: []*routev3.RouteConfiguration{rc}, Clusters: clusters, Secrets: tb.secrets()}
+	rs := &Resources{Listeners: []*listenerv3.Listener{l}, Routes: []*routev3.RouteConfiguration{rc}, Clusters: clusters, Secrets: tb.secrets(), Unexpressed: tb.skewSkipped}
 	if err := rs.check(); err != nil {
 		return nil, err
 	}
@@ -189,7 +198,7 @@ type translator struct {
 	o Options
 	// top is the Topology, for the skew routes (skewroutes.go).
 	top         *discovery.Topology
-	skewSkipped []discovery.ResourceKey
+	skewSkipped []UnexpressedKey
 	// Typed configs every apiserver cluster of a kind shares, packed (and validated) once per
 	// translation: generated resources are never modified after Translate returns.
 	sockets map[socketKey]*corev3.TransportSocket

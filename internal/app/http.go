@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/skewgate/skewgate/discovery"
+	"github.com/skewgate/skewgate/xds"
 )
 
 // Ready reports whether the first Topology is published to the xDS cache.
@@ -32,6 +33,9 @@ type TopologyView struct {
 	Skewed   []discovery.SkewedResource `json:"skewed"`
 	// OpenAPI lists the OpenAPI v3 documents that do not take the default route.
 	OpenAPI []discovery.OpenAPIKeyDecision `json:"openapi,omitempty"`
+	// Unexpressed are the skewed keys of Envoy's snapshot without a route of their own: ext_proc
+	// decides them; while it fails open they take the default route.
+	Unexpressed []xds.UnexpressedKey `json:"unexpressed,omitempty"`
 }
 
 func (s *Server) httpHandler(withPprof bool) http.Handler {
@@ -62,7 +66,8 @@ func (s *Server) httpHandler(withPprof bool) http.Handler {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		enc.Encode(TopologyView{Version: t.Version, Generated: t.Generated, Snapshot: snap, Upstreams: t.Upstreams,
-			Unproven: t.Unproven, Ignored: t.Ignored, Sets: t.Sets, Skewed: t.Skewed(), OpenAPI: t.OpenAPIDecisions()})
+			Unproven: t.Unproven, Ignored: t.Ignored, Sets: t.Sets, Skewed: t.Skewed(), OpenAPI: t.OpenAPIDecisions(),
+			Unexpressed: s.XDS.Unexpressed()})
 	})
 	if withPprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
