@@ -238,7 +238,16 @@ func newTopologyCommand(w io.Writer) *cobra.Command {
 
 func printTopology(w io.Writer, v app.TopologyView) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "Topology %s (generated %s), Envoy snapshot %s\n\n", v.Version, v.Generated.Format(time.RFC3339), v.Snapshot)
+	fmt.Fprintf(tw, "Topology %s (generated %s), Envoy snapshot %s\n", v.Version, v.Generated.Format(time.RFC3339), v.Snapshot)
+	switch {
+	case !v.Deciding:
+		fmt.Fprintln(tw, "No Envoy has acknowledged a snapshot of this process yet: this is discovery's newest Topology; Envoy's route table decides.")
+	case v.Discovered != "" && v.Discovered != v.Version:
+		fmt.Fprintf(tw, "ext_proc decides with this Topology; discovery's newer %s waits for every Envoy to acknowledge its snapshot.\n", v.Discovered)
+	default:
+		fmt.Fprintln(tw, "ext_proc decides with this Topology, discovery's newest.")
+	}
+	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "UPSTREAM\tADDRESS\tVERSION\tREADY\tSOURCE\tRESOURCES\tCLUSTER")
 	for _, u := range v.Upstreams {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s\t%d\t%s\n", u.Name, u.Address, u.Version, u.Ready, u.Source, u.Resources, wire.UpstreamCluster(u.Name))

@@ -48,3 +48,24 @@ func TestPrintTopologyShowsUnexpressed(t *testing.T) {
 		}
 	}
 }
+
+// TestPrintTopologySaysWhoDecides: the header says whether ext_proc decides with the Topology shown
+// and names discovery's newer one.
+func TestPrintTopologySaysWhoDecides(t *testing.T) {
+	for _, c := range []struct {
+		v    app.TopologyView
+		want string
+	}{
+		{app.TopologyView{Version: "t-1", Deciding: false, Discovered: "t-1"}, "Envoy's route table decides"},
+		{app.TopologyView{Version: "t-1", Deciding: true, Discovered: "t-2"}, "discovery's newer t-2 waits"},
+		{app.TopologyView{Version: "t-2", Deciding: true, Discovered: "t-2"}, "ext_proc decides with this Topology, discovery's newest"},
+	} {
+		var b bytes.Buffer
+		if err := printTopology(&b, c.v); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(b.String(), c.want) {
+			t.Errorf("%+v: output lacks %q:\n%s", c.v, c.want, b.String())
+		}
+	}
+}
