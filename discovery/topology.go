@@ -173,7 +173,7 @@ type Topology struct {
 	Unproven []Upstream
 	// Ignored are live identity Leases that are no upstream, sorted by Lease name.
 	Ignored []IgnoredLease
-	// Sets used by any decision, sorted by cluster name.
+	// Sets used by any decision, sorted by ID (not by the cluster name wire.SetCluster derives).
 	Sets []CapabilitySet
 	// API is the merged /api (core group) document, APIs the merged /apis document.
 	API, APIs MergedDiscovery
