@@ -24,6 +24,7 @@ import (
 
 	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/internal/app"
+	"github.com/skewgate/skewgate/internal/atomicfile"
 	"github.com/skewgate/skewgate/internal/grpcutil"
 	"github.com/skewgate/skewgate/internal/wire"
 	"github.com/skewgate/skewgate/xds"
@@ -172,27 +173,9 @@ two SDS files, so it reloads them when they are rotated: they are written to --s
 	return cmd
 }
 
-// writeAtomic writes data to path by a rename in its directory: Envoy watches these directories for
-// moves and must never read a half-written file.
-func writeAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
-}
+// writeAtomic writes data to path by a synced rename in its directory: Envoy watches these
+// directories for moves and must never read a half-written file.
+func writeAtomic(path string, data []byte) error { return atomicfile.WriteFile(path, data, 0o644) }
 
 func newTopologyCommand(w io.Writer) *cobra.Command {
 	var addr string

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/skewgate/skewgate/internal/atomicfile"
 )
 
 // The install writes and chmods only through descriptors: each of its directories is opened with
@@ -27,10 +29,8 @@ type fileID struct{ dev, ino uint64 }
 
 func idOf(st *unix.Stat_t) fileID { return fileID{uint64(st.Dev), uint64(st.Ino)} }
 
-// tempName is where a file is written before it is renamed over name. It starts with a dot: the
-// kubelet reads no hidden file of its manifests directory (pkg/kubelet/config/file.go globs
-// "[^.]*"), and Envoy reloads a watched file on the rename only.
-func tempName(name string) string { return "." + name + ".tmp" }
+// tempName is where a file is written before it is renamed over name (atomicfile.WriteAt).
+func tempName(name string) string { return atomicfile.TempName(name) }
 
 // openDir opens the directory name in dirfd (an absolute path with unix.AT_FDCWD) without following
 // a symlink at name unless follow. fd is -1 when it does not exist.
@@ -195,47 +195,10 @@ func readOwned(dir string, limit int64, names ...string) ([]byte, error) {
 	return b, nil
 }
 
-// writeAt replaces name in dirfd by a new file with data and mode: written under tempName (created
-// with O_EXCL|O_NOFOLLOW, so a symlink planted there after it was checked makes it fail instead of
-// being followed), chmodded before anything is written, synced, then renamed over name (which
-// replaces the name itself, whatever it is, never what a symlink there points at).
+// writeAt replaces name in dirfd by a new file with data and mode, through a temporary name
+// refused if it is a symlink, synced, then renamed (atomicfile.WriteAt).
 func writeAt(dirfd int, name, path string, data []byte, mode os.FileMode) error {
-	tmp := tempName(name)
-	if err := unix.Unlinkat(dirfd, tmp, 0); err != nil && !errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("removing %s: %w", filepath.Join(filepath.Dir(path), tmp), err)
-	}
-	fd, err := unix.Openat(dirfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
-	if err != nil {
-		return fmt.Errorf("creating %s: %w", filepath.Join(filepath.Dir(path), tmp), err)
-	}
-	f := os.NewFile(uintptr(fd), path)
-	renamed := false
-	defer func() {
-		if !renamed {
-			unix.Unlinkat(dirfd, tmp, 0)
-		}
-	}()
-	// Chmod before writing: a key is never readable by others, not even while it is written.
-	if err := f.Chmod(mode); err != nil {
-		f.Close()
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := unix.Renameat(dirfd, tmp, dirfd, name); err != nil {
-		return fmt.Errorf("renaming into %s: %w", path, err)
-	}
-	renamed = true
-	return nil
+	return atomicfile.WriteAt(dirfd, name, path, data, mode)
 }
 
 // chmodAt sets the mode of name in dirfd, the file inspected as id, through its descriptor.
