@@ -127,3 +127,19 @@ func TestWatchModifyRefused(t *testing.T) {
 		t.Fatalf("with watch_modify: %v, want %q", err, want)
 	}
 }
+
+// TestClusterHeaderFirstValue: of a cluster_header sent twice, Envoy routes by the first value
+// (HeaderClusterSpecifierPlugin::route: "only the first value is used"), not by the joined "a,b",
+// which would name no cluster.
+func TestClusterHeaderFirstValue(t *testing.T) {
+	a, b := newUpstream(t, "a"), newUpstream(t, "b")
+	f := startFront(t, Delta, listener(t, nil), routes(routeByHeader("by-header", "x-route")),
+		plainCluster("a", a.addr()), plainCluster("b", b.addr()))
+	f.waitActive("a")
+	f.waitActive("b")
+	for _, c := range []struct{ first, second, want string }{{"a", "b", "a"}, {"b", "a", "b"}} {
+		if code, body := get(t, f.client(false), f.url("/x"), "x-route", c.first, "x-route", c.second); code != 200 || body != c.want {
+			t.Errorf("x-route: %s and x-route: %s: %d %q, want 200 from %s", c.first, c.second, code, body, c.want)
+		}
+	}
+}

@@ -22,7 +22,9 @@ type requestView struct {
 	// matches. Envoy does so from 1.39.0 on (changelogs/1.39.0.yaml, minor_behavior_changes, http:
 	// "Such headers are now matched individually, so a rule matching admin matches, and a rule
 	// matching user,admin no longer does", runtime guard envoy.reloadable_features.
-	// match_headers_individually, on by default); 1.37 and 1.38 match the joined value.
+	// match_headers_individually, on by default); 1.37 and 1.38 match the joined value. With
+	// invert_match the any-value result is inverted: neither the changelog nor a code copy that could
+	// be read says more.
 	perValue bool
 }
 
@@ -32,6 +34,21 @@ type requestView struct {
 func matchHeadersIndividually(v string) bool {
 	n, err := parseVersion(v)
 	return err == nil && (n[0] > 1 || n[0] == 1 && n[1] >= 39)
+}
+
+// first is a header's first value, "" when it is missing: what HeaderClusterSpecifierPlugin::route
+// reads of a cluster_header ("This is an implicitly untrusted header, so per the API documentation
+// only the first value is used", source/common/router/header_cluster_specifier.cc in a main copy
+// of 2023 or later, whose commit was not recorded).
+func (v *requestView) first(name string) string {
+	if name != "" && name[0] == ':' {
+		val, _ := v.get(name)
+		return val
+	}
+	if vals := v.header[http.CanonicalHeaderKey(name)]; len(vals) > 0 {
+		return vals[0]
+	}
+	return ""
 }
 
 // values is every value of a header as the route's header matchers see them: the joined value, or
@@ -206,7 +223,7 @@ func matchRoute(rc *routev3.RouteConfiguration, v *requestView) *routeEntry {
 			if routeMatches(r, v) {
 				e := &routeEntry{vhost: vh, route: r, cluster: r.GetRoute().GetCluster()}
 				if hdr := r.GetRoute().GetClusterHeader(); hdr != "" {
-					e.cluster, _ = v.get(hdr)
+					e.cluster = v.first(hdr)
 				}
 				return e
 			}
