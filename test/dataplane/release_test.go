@@ -10,7 +10,8 @@ import (
 )
 
 // Behaviours that the supported Envoy releases (1.37.6, 1.38.4, 1.39.1, 1.40.0) changed against
-// the copies the rows were first read in; CONFORMANCE.md rows 25 and 30.
+// the copies the rows were first read in, or that those copies already had and the stand-in
+// missed; CONFORMANCE.md rows 3, 25 and 30.
 
 // TestSafeRegexLatin1: safe_regex is RE2 in Latin-1 mode at every supported release
 // (CVE-2026-73552): a byte at or above 0x80 is one character, so "." does not match the two bytes
