@@ -28,7 +28,8 @@ import (
 // apiserver's own answer: one apiserver's document instead of the merged one, never more access.
 //
 // Envoy source (ext_proc filter, source/extensions/filters/http/ext_proc/ext_proc.cc,
-// Filter::onReceiveMessage): mode_override is applied only with allow_mode_override, while the filter
+// Filter::onReceiveMessage, in the newest main copies, test/dataplane/CONFORMANCE.md row 11, which
+// the 1.37.0-1.40.0 changelogs do not change): mode_override is applied only with allow_mode_override, while the filter
 // waits for a headers response, and only when no body mode is FULL_DUPLEX_STREAMED; newer releases
 // treat DEFAULT header modes in it as unset (effectiveModeOverride), older ones replace the whole
 // mode, so discoveryMode spells out every field as the listener's mode with response headers on. An

@@ -125,7 +125,8 @@ func (f *frontOpenAPI) keepProto(hash string, b []byte) {
 // times as long each, so every waiter answers sooner than if it rendered itself. Not answering
 // instead (leaving the request to the apiservers) would be no better: that is also what happens if
 // a rendering outlasts Envoy's ext_proc message timeout (failure_mode_allow: Envoy ignores the
-// processor for the rest of the request, ext_proc.cc Filter::onMessageTimeout, and its route table
+// processor for the rest of the request, ext_proc.cc Filter::onMessageTimeout in a 2026 main copy,
+// test/dataplane/CONFORMANCE.md row 6, and its route table
 // sends the request to the set that serves the document, xds/openapiroutes.go), and that set's
 // document is not the one the front's index names.
 func (f *frontOpenAPI) protobuf(spec *discovery.OpenAPISpec) ([]byte, error) {

@@ -35,7 +35,8 @@ import (
 // queues the ACK right after processDiscoveryResources returns
 // (source/extensions/config_subscription/grpc/grpc_mux_impl.cc), delta
 // NewGrpcMuxImpl::onDiscoveryResponse calls kickOffAck on handleResponse's result
-// (new_grpc_mux_impl.cc; both read on main-branch copies of 2025-2026, between 1.37 and 1.40). A live
+// (new_grpc_mux_impl.cc; both read on main-branch copies of 2025-2026, between 1.37 and 1.40, named
+// in test/dataplane/CONFORMANCE.md rows 26 and 26a). A live
 // Envoy answers in milliseconds; the bound is far above anything it needs.
 
 // DefaultAckTimeout is how long a stream may go without acknowledging the latest snapshot before it

@@ -52,7 +52,8 @@ const DefaultSDSDir = "/etc/skewgate/envoy/sds"
 
 // The bootstrap's SDS secrets and the files in SDSDir that hold them, one secret per file: a file
 // SDS subscription passes every resource of its file to the one secret it serves, which accepts
-// exactly one (source/common/secret/sds_api.cc, validateUpdateSize).
+// exactly one (source/common/secret/sds_api.cc, validateUpdateSize, in the main copies read from
+// 2020 on; none at a supported release tag).
 const (
 	SecretXDSCert  = "skewgate-xds-client-cert"
 	SecretXDSCA    = "skewgate-xds-ca"
@@ -75,7 +76,8 @@ func (o BootstrapOptions) withDefaults() BootstrapOptions {
 
 // fileSDS references a secret in a file of o.SDSDir. Envoy reads such a file with a filesystem
 // subscription; with watched_directory it rereads it on a move into that directory
-// (source/common/config/filesystem_subscription_impl.cc, FilesystemSubscriptionImpl).
+// (source/common/config/filesystem_subscription_impl.cc, FilesystemSubscriptionImpl, in a main
+// copy whose commit was not recorded; none at a supported release tag).
 func (o BootstrapOptions) fileSDS(name, file string) *tlsv3.SdsSecretConfig {
 	return &tlsv3.SdsSecretConfig{Name: name, SdsConfig: &corev3.ConfigSource{
 		ResourceApiVersion: corev3.ApiVersion_V3,
@@ -230,7 +232,8 @@ func adminAddress(addr string) (*corev3.Address, error) {
 // (SubscriptionFactory::RetryInitialDelayMs/RetryMaxDelayMs), so an Envoy that started before its
 // skewgate, as static pods after a cold start may, could wait half a minute for its first listener.
 // Envoy reads it from the first gRPC service of ads_config (Config::Utility::
-// prepareJitteredExponentialBackOffStrategy, source/common/config/utility.h, read at main).
+// prepareJitteredExponentialBackOffStrategy, source/common/config/utility.h, read in a 2026 main copy
+// whose commit was not recorded; none at a supported release tag).
 var xdsReconnect = &corev3.RetryPolicy{RetryBackOff: &corev3.BackoffStrategy{
 	BaseInterval: durationpb.New(100 * time.Millisecond),
 	MaxInterval:  durationpb.New(time.Second),

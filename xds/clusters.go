@@ -46,7 +46,8 @@ var clusterKinds = []clusterKind{kindH2, kindHTTP1, kindAnon}
 // transportSocketMatchMetadata()). Traffic connections carry the endpoint metadata, which has no
 // such key, so they get the cluster's own transport socket (TransportSocketMatcherImpl::resolve in
 // source/common/upstream/transport_socket_match_impl.cc: a non-empty match never matches absent
-// metadata).
+// metadata; read in 2026 main copies, unchanged for this by the 1.37.0-1.40.0 changelogs:
+// test/dataplane/CONFORMANCE.md row 18).
 const (
 	healthCheckMatchKey   = "skewgate"
 	healthCheckMatchValue = "health-check"
@@ -137,8 +138,9 @@ func (tb *translator) apiserverCluster(name string, addrs []string, kind cluster
 		// failures: unhealthy_threshold in a row) and, meanwhile, skipped by connect-failure retries.
 		// Read at envoyproxy/envoy: outlier_detection_impl.cc at 00c7146d95 (a recent main copy, with
 		// extension monitors), router.cc at 001b1c0cd4, upstream_request.cc (onPoolReady reports
-		// LOCAL_ORIGIN_CONNECT_SUCCESS); the index holds no copy at the 1.37.6..1.40.0 tags; the
-		// router's reporting is the same in every copy of router.cc it holds.
+		// LOCAL_ORIGIN_CONNECT_SUCCESS) in a 2026 main copy; no copy at the 1.37.6..1.40.0 tags could
+		// be read, and their changelogs change none of this (test/dataplane/CONFORMANCE.md row 19);
+		// the router's reporting is the same in every copy of router.cc read.
 		// Sized for thousands of long-lived watches per upstream.
 		CircuitBreakers: &clusterv3.CircuitBreakers{Thresholds: []*clusterv3.CircuitBreakers_Thresholds{{
 			Priority:           corev3.RoutingPriority_DEFAULT,

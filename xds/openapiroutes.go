@@ -24,9 +24,10 @@ import (
 // sanitizePathBeforePathMatching(path)) (source/common/router/config_impl.cc; sanitize only drops
 // ";" path parameters, and only with ignore_path_parameters_in_path_matching, which skewgate does not
 // set), and Matchers::PathMatcher::match compares Http::PathUtil::removeQueryAndFragment(path)
-// (source/common/common/matchers.cc). Read in a main copy of late 2026 and in a 1.2x-era copy
-// (commit 74fe3651), identical here; the source copies at hand hold no file at the v1.35.0/v1.36.0
-// release commits, and every older copy of config_impl.cc, back to the 1.x releases that compared
+// (source/common/common/matchers.cc). Read in a main copy of late 2026 and at envoyproxy/envoy
+// commit 74fe3651 (a 1.2x-era copy), identical here; no copy at a release tag could be read, the
+// 1.37.0-1.40.0 changelogs change only what ignore_path_parameters_in_path_matching strips
+// (CVE-2026-73511: the parameters of each segment), and every older copy of config_impl.cc, back to the 1.x releases that compared
 // the path up to its '?' by hand, ignores the query the same way (test/dataplane/CONFORMANCE.md,
 // row 30). So /openapi/v3/<key>?hash=<any> takes the route.
 //

@@ -12,7 +12,8 @@ import (
 // (OverloadManagerImpl's constructor looks resource.name() up in
 // OverloadProactiveResources::proactive_action_name_to_resource_, source/server/overload_manager_impl.cc);
 // the factory registered for DownstreamConnectionsConfig carries the same name
-// (source/extensions/resource_monitors/downstream_connections/config.h).
+// (source/extensions/resource_monitors/downstream_connections/config.h; the copies read are named
+// below).
 const GlobalConnectionsMonitor = "envoy.resource_monitors.global_downstream_max_connections"
 
 // globalConnectionsMonitor bounds the downstream connections of every listener together to max.
@@ -28,8 +29,9 @@ const GlobalConnectionsMonitor = "envoy.resource_monitors.global_downstream_max_
 // a flood of connections is turned away at accept while established clients keep theirs. The
 // monitor needs no trigger or action. Read at envoyproxy/envoy: tcp_listener_impl.cc at 02c34dc820 (1.3x main, with the
 // overload-manager path and the runtime fallback), downstream_connections_monitor.cc and config.cc
-// at 040783c8c0, overload_manager_impl.cc in the 1.3x copies the source index holds; none is held
-// at the 1.37.6..1.40.0 tags.
+// at 040783c8c0, overload_manager_impl.cc in 1.3x main copies whose commit was not recorded; none
+// at the 1.37.6..1.40.0 tags, whose changelogs change none of this (test/dataplane/CONFORMANCE.md
+// row 38).
 func globalConnectionsMonitor(limit int) (*overloadv3.OverloadManager, error) {
 	cfg := &connectionsv3.DownstreamConnectionsConfig{MaxActiveDownstreamConnections: int64(limit)}
 	if err := cfg.ValidateAll(); err != nil {

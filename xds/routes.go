@@ -18,7 +18,8 @@ import (
 //
 //  1. ext_proc named a cluster (wire.RouteHeader, its value a full match of
 //     wire.RoutedClusterPattern): go there. An unknown name answers 503 (cluster_not_found_response_code;
-//     router.cc answers it with flag NC, whatever the cluster_header proto comment says), never a
+//     router.cc answers it with flag NC, whatever the cluster_header proto comment says; at v1.35.0,
+//     v1.36.0 and 2026 main, test/dataplane/CONFORMANCE.md row 4), never a
 //     wrong 404 from an apiserver that lacks the resource. The gRPC clusters never match the pattern,
 //     so no header value reaches skewgate itself.
 //  2. an upgrade (exec, attach, port-forward) without a routing header: every upstream, HTTP/1.1.
@@ -29,7 +30,8 @@ import (
 // (REFUSED_STREAM, also every stream past the last one a GOAWAY accepted, as an apiserver that shuts
 // down sends). That holds for writes too, so every method is retried; Envoy buffers the request body
 // for it up to the decoder buffer limit and gives up on the retry past it (Filter::decodeData,
-// source/common/router/router.cc; RetryStateImpl::wouldRetryFromReset, retry_state_impl.cc). The
+// source/common/router/router.cc at 001b1c0c; RetryStateImpl::wouldRetryFromReset,
+// retry_state_impl.cc at v1.35.0, v1.36.0 and 2026 main: test/dataplane/CONFORMANCE.md rows 20, 20a). The
 // upgrade routes have no retry policy; an upgrade ext_proc routes by header takes the routed route,
 // whose retries are as safe for it (the router holds the upgrade's payload until the 101).
 //
@@ -37,7 +39,8 @@ import (
 // runs, and again only when a filter clears the route cache (ext_proc does, when its answer mutates
 // headers; its fail-open paths do not). A client's own x-skewgate-cluster is therefore removed before
 // the first selection: internal_only_headers are removed from every request that is not internal
-// (conn_manager_utility.cc, mutateRequestHeaders, cleanInternalHeaders), and listener.go makes no
+// (conn_manager_utility.cc, mutateRequestHeaders, cleanInternalHeaders, at v1.35.0, v1.36.0 and
+// 2026 main: test/dataplane/CONFORMANCE.md row 21), and listener.go makes no
 // peer internal.
 func (tb *translator) routeConfig() (*routev3.RouteConfiguration, error) {
 	retry, err := retryPolicy()
@@ -45,7 +48,9 @@ func (tb *translator) routeConfig() (*routev3.RouteConfiguration, error) {
 		return nil, err
 	}
 	// A safe_regex string match is a full match (source/common/common/regex.h,
-	// CompiledGoogleReMatcher::match calls re2::RE2::FullMatch).
+	// CompiledGoogleReMatcher::match calls re2::RE2::FullMatch, in the main copies read). At every
+	// supported release RE2 runs in Latin-1 mode (CVE-2026-73552, changelogs/1.37.6.yaml ..
+	// 1.40.0.yaml), which changes nothing for this ASCII pattern on ASCII names.
 	routed := &routev3.HeaderMatcher{Name: wire.RouteHeader, HeaderMatchSpecifier: &routev3.HeaderMatcher_StringMatch{StringMatch: &matcherv3.StringMatcher{
 		MatchPattern: &matcherv3.StringMatcher_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: wire.RoutedClusterPattern}},
 	}}}
@@ -121,7 +126,8 @@ func (tb *translator) routeConfig() (*routev3.RouteConfiguration, error) {
 		// reaches an apiserver: the router removes it when it forwards (source/common/router/router.cc
 		// calls the route entry's finalizeRequestHeaders, which applies the route configuration's
 		// request_headers_to_remove, config_impl.cc; a cluster_header route's DelegatingRouteEntry
-		// delegates it, delegating_route_impl.cc). Unlike a header_mutation filter after ext_proc, this
+		// delegates it, delegating_route_impl.cc; in 2026 main copies, test/dataplane/CONFORMANCE.md
+		// row 23). Unlike a header_mutation filter after ext_proc, this
 		// needs no route lookup by a later filter.
 		RequestHeadersToRemove: []string{wire.ForwardedCertHeader},
 		ValidateClusters:       wrapperspb.Bool(false), // clusters named by header are checked per request

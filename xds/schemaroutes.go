@@ -15,7 +15,8 @@ const schemaPrefix = "/openapi"
 // so that failing open a client still reads the index and the documents it names from one group of
 // apiservers. path_separated_prefix matches the prefix followed by the end of the path or a '/', on
 // the path without its query (PathSeparatedPrefixRouteEntryImpl, source/common/router/
-// config_impl.cc), exactly what extproc's isSchemaPath tests. An upgrade takes the HTTP/1.1 twin,
+// config_impl.cc in a 2026 main copy; test/dataplane/CONFORMANCE.md row 30 has the releases),
+// exactly what extproc's isSchemaPath tests. An upgrade takes the HTTP/1.1 twin,
 // as ext_proc names it. Nothing when the decision is the default route.
 //
 // The exact /api and /apis routes match the path without its query like every exact path route

@@ -14,7 +14,9 @@ import (
 // contents, so skewgate never holds a private key and Envoy reloads them when they are replaced.
 //
 // How Envoy reloads (source/common/secret/sds_api.cc, SdsApi::onConfigUpdate and
-// TlsCertificateSdsApi/CertificateValidationContextSdsApi::setSecret): a secret with a
+// TlsCertificateSdsApi/CertificateValidationContextSdsApi::setSecret; read at v1.35.0, v1.36.0 and
+// in a 2026 main copy, and the 1.37.0-1.40.0 changelogs add only 1.39.0's opt-in watch_modify and
+// 1.37.0's recovery of a secret whose files were missing at first: test/dataplane/CONFORMANCE.md row 25): a secret with a
 // watched_directory reloads all its files when anything is moved into that directory
 // (Config::WatchedDirectory watches it for MovedTo only); without one, Envoy watches each file's
 // directory for MovedTo. Either way only a move (an atomic rename, or the symlink swap of a Secret

@@ -78,7 +78,8 @@ func (tb *translator) groupRoutes(k discovery.ResourceKey, shape skewShape, pref
 				Body:   &corev3.DataSource{Specifier: &corev3.DataSource_InlineString{InlineString: body}},
 			}},
 			// Applied to direct responses too (router.cc: the direct response's
-			// finalizeResponseHeaders), before the local reply sets a content type only where none is.
+			// finalizeResponseHeaders, in a 2026 main copy: test/dataplane/CONFORMANCE.md row 32),
+			// before the local reply sets a content type only where none is.
 			ResponseHeadersToAdd: []*corev3.HeaderValueOption{
 				{Header: &corev3.HeaderValue{Key: "content-type", Value: "application/json"}, AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD},
 				{Header: &corev3.HeaderValue{Key: "retry-after", Value: "1"}, AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD},

@@ -32,6 +32,10 @@ import (
 //     every pattern is kept under maxRegexProgram (regexCost, measured against RE2's ProgramSize).
 //   - `:method` safe_regex where verbs of one key are served by different apiservers.
 //
+// At the supported releases RE2 runs in Latin-1 mode (CVE-2026-73552, changelogs/1.37.6.yaml to
+// 1.40.0.yaml), the same for these ASCII patterns, and the 1.37.0-1.40.0 changelogs change nothing
+// else above (test/dataplane/CONFORMANCE.md row 30).
+//
 // The connection manager normalizes the path before routing (normalize_path: RFC 3986 with
 // percent-encoded unreserved characters decoded, dot segments removed; merge_slashes), so names made
 // of unreserved characters are matched as literals. A segment is any run of printable ASCII but '/':

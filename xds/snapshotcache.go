@@ -18,10 +18,11 @@ import (
 // it asks for the secrets its clusters' transport sockets name as soon as it applied the clusters
 // (source/common/upstream/cds_api_helper.cc pauses SDS while it applies a CDS response, so those
 // watches go out as one request), and for the listener's secrets only once the cluster manager
-// initialized and LDS answered (source/common/listener_manager/lds_api.cc). The clusters wait for
+// initialized and LDS answered (source/common/listener_manager/lds_api.cc; both at the commits
+// test/dataplane/CONFORMANCE.md row 26a names). The clusters wait for
 // their secrets (they are init targets), so in ADS mode every start waits for SDS's
 // initial_fetch_timeout (15 s unset: source/common/config/utility.cc,
-// configSourceInitialFetchTimeout), after which the clusters initialize without their secrets;
+// configSourceInitialFetchTimeout, in a 2026 main copy), after which the clusters initialize without their secrets;
 // the test data plane, which has no such timeout, never serves.
 //
 // Not in ADS mode the cache answers with the requested secrets that the snapshot has, and answers

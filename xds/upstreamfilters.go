@@ -9,7 +9,7 @@ import (
 
 // immediateHealthCheckFailHeader is Http::Headers::EnvoyImmediateHealthCheckFail
 // (source/common/http/headers.h: the bootstrap's header_prefix, "x-envoy" as skewgate leaves it,
-// then "-immediate-health-check-fail").
+// then "-immediate-health-check-fail"; the copies read are named below).
 const immediateHealthCheckFailHeader = "x-envoy-immediate-health-check-fail"
 
 // Names of the apiserver clusters' upstream HTTP filters. The header_mutation instance has a name of
@@ -47,8 +47,9 @@ const (
 // clients, not the router (health_checkers/http/health_checker_impl.cc), so /readyz is untouched.
 // Read at envoyproxy/envoy: router.cc at 001b1c0cd4 and 39afb121ca, health_checker_base_impl.cc at 1204f55de6,
 // upstream_request.cc and upstream_codec_filter.cc at 0075dc33dd, header_mutation config.cc at
-// 170253a39c and header_mutation.cc at 0340a59ab1; the index holds no copy at the 1.37.6..1.40.0
-// tags, and every copy of router.cc it holds (back to the 1.x series before upstream filters) has
+// 170253a39c and header_mutation.cc at 0340a59ab1; no copy at the 1.37.6..1.40.0 tags could be
+// read, their changelogs change none of this (test/dataplane/CONFORMANCE.md rows 39, 40), and every
+// copy of router.cc read (back to the 1.x series before upstream filters) has
 // the same unconditional check.
 func apiserverUpstreamFilters() ([]*hcmv3.HttpFilter, error) {
 	strip, err := pack(&headermutationv3.HeaderMutation{Mutations: &headermutationv3.Mutations{

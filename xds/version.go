@@ -45,7 +45,7 @@ var refusalReasons = []string{refusedTooOld, refusedUnknownVersion, refusedNotEn
 // checkNode decides whether skewgate configures the xDS client node: it must say it is Envoy
 // (user_agent_name) at a supported version (user_agent_build_version). Envoy fills both in from its
 // build unless the bootstrap sets them (source/server/server.cc, where the server initializes its
-// node), so
+// node, in a 2026 main copy: test/dataplane/CONFORMANCE.md row 27), so
 // this guards against running an old or vulnerable Envoy by accident, not against a client that lies.
 // It returns the refusal reason and a message, or "" when the node is accepted.
 func checkNode(n *corev3.Node) (reason, msg string) {

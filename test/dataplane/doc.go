@@ -28,6 +28,9 @@
 //     ImmediateResponse; allow_mode_override as effectiveModeOverride (DEFAULT keeps the filter's
 //     mode) with the response_headers phase; per-route overrides; message_timeout runs from before
 //     the stream connects, so a processor that never speaks HTTP/2 costs the whole timeout.
+//   - Route matching: safe_regex is RE2 in Latin-1 mode (every supported release); a header sent
+//     as several entries is matched joined with "," as 1.37 and 1.38 do, or value by value as
+//     1.39 and later do, by Config.EnvoyVersion; ignore_path_parameters_in_path_matching is refused.
 //   - Router: NC with cluster_not_found_response_code for unknown or warming clusters;
 //     request_headers_to_remove/add at forwarding; retries only for the route's retry_on, with
 //     previous_hosts; generic upgrade payload held until 101 (a refused upgrade closes the

@@ -218,13 +218,21 @@ func startFront(t *testing.T, proto Protocol, res ...types.Resource) *front {
 // startFrontBootstrap is startFront for a data plane started with bootstrap b.
 func startFrontBootstrap(t *testing.T, proto Protocol, b *bootstrapv3.Bootstrap, res ...types.Resource) *front {
 	t.Helper()
+	return startFrontWith(t, proto, func(c *Config) { c.Bootstrap = b }, res...)
+}
+
+// startFrontWith is startFront for a data plane whose Config set changes (Bootstrap, EnvoyVersion).
+func startFrontWith(t *testing.T, proto Protocol, set func(*Config), res ...types.Resource) *front {
+	t.Helper()
 	f := &front{t: t, x: startXDS(t), pki: newPKI(t)}
 	cert, key, _ := f.pki.issueFiles(t, t.TempDir(), "front", []string{"front"}, false)
 	f.base = []types.Resource{certSecret("front-cert", cert, key, "")}
 	f.x.set(t, append(res, f.base...)...)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	dp, err := Start(ctx, Config{XDSAddress: f.x.addr, NodeID: testNode, Protocol: proto, Seed: 42, Bootstrap: b, Logf: t.Logf})
+	cfg := Config{XDSAddress: f.x.addr, NodeID: testNode, Protocol: proto, Seed: 42, Logf: t.Logf}
+	set(&cfg)
+	dp, err := Start(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -154,15 +154,8 @@ func (d *DataPlane) applyRoutes(resources []*anypb.Any) error {
 		if err := a.UnmarshalTo(&rc); err != nil {
 			return err
 		}
-		if err := rc.ValidateAll(); err != nil {
+		if err := checkRouteConfiguration(&rc); err != nil {
 			return err
-		}
-		for _, vh := range rc.VirtualHosts {
-			for _, r := range vh.Routes {
-				if err := checkRoute(r); err != nil {
-					return fmt.Errorf("route %s: %w", r.Name, err)
-				}
-			}
 		}
 		next[rc.Name] = &rc
 	}

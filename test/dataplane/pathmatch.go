@@ -150,6 +150,7 @@ func directResponse(w http.ResponseWriter, r *http.Request, route *routev3.Route
 // it (normalize_path, merge_slashes, escaped slashes kept), before any filter ran: the route a
 // request keeps when ext_proc fails open. For tests that compare the route table with other
 // deciders. A path the connection manager refuses (400, see NormalizeRequestPath) has no route.
+// Repeated headers are matched as DefaultEnvoyVersion matches them (route.go, requestView.perValue).
 func SelectRoute(rc *routev3.RouteConfiguration, method, path string, header http.Header) *routev3.Route {
 	p, ok := NormalizeRequestPath(path)
 	if !ok {
@@ -158,7 +159,9 @@ func SelectRoute(rc *routev3.RouteConfiguration, method, path string, header htt
 	if header == nil {
 		header = http.Header{}
 	}
-	if e := matchRoute(rc, &requestView{method: method, path: p, authority: "front", scheme: "https", header: header}); e != nil {
+	view := &requestView{method: method, path: p, authority: "front", scheme: "https", header: header,
+		perValue: matchHeadersIndividually(DefaultEnvoyVersion)}
+	if e := matchRoute(rc, view); e != nil {
 		return e.route
 	}
 	return nil

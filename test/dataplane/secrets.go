@@ -136,6 +136,12 @@ func (s *secretStore) update(resources []*anypb.Any) error {
 		if err := sec.ValidateAll(); err != nil {
 			return err
 		}
+		// watch_modify (a 1.39.0 field, changelogs/1.39.0.yaml, area watched_directory) makes Envoy
+		// reload on in-place writes (IN_MODIFY) too; the stand-in watches moves only, so it refuses
+		// the field rather than reload less often than Envoy would.
+		if sec.GetTlsCertificate().GetWatchedDirectory().GetWatchModify() || sec.GetValidationContext().GetWatchedDirectory().GetWatchModify() {
+			return fmt.Errorf("secret %s: watched_directory.watch_modify is not supported", sec.Name)
+		}
 		if e, ok := old[sec.Name]; ok && proto.Equal(e.proto, &sec) {
 			next[sec.Name] = e
 			continue

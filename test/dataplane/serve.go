@@ -46,7 +46,8 @@ func (d *DataPlane) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	rawPath, rawQuery, _ := strings.Cut(path, "?")
 	r.URL.RawPath, r.URL.Path, r.URL.RawQuery = rawPath, unescapeOr(rawPath), rawQuery
 	d.mutateRequestHeaders(r, ch, rc.GetInternalOnlyHeaders())
-	view := &requestView{method: r.Method, path: path, authority: r.Host, scheme: "https", header: r.Header}
+	view := &requestView{method: r.Method, path: path, authority: r.Host, scheme: "https", header: r.Header,
+		perValue: matchHeadersIndividually(d.cfg.EnvoyVersion)}
 	cache := &routeCache{rc: rc, view: view}
 	cache.route() // refreshCachedRoute: the route is chosen before the first filter
 	var streams []*extProcStream
