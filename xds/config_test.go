@@ -44,7 +44,7 @@ func TestRoutingHeaderNeverFromClient(t *testing.T) {
 	}
 	iac := hcmOf(t, rs).GetInternalAddressConfig()
 	if iac == nil || iac.UnixSockets || len(iac.CidrRanges) == 0 {
-		t.Fatalf("internal_address_config %v: an empty cidr_ranges falls back to RFC1918", iac)
+		t.Fatalf("internal_address_config %v: an empty cidr_ranges falls back to RFC1918, fd00::/8 and loopback", iac)
 	}
 	for _, r := range iac.CidrRanges {
 		if r.GetPrefixLen().GetValue() != 32 && r.GetPrefixLen().GetValue() != 128 || (r.AddressPrefix != "0.0.0.0" && r.AddressPrefix != "::") {
