@@ -88,7 +88,8 @@ demo: testbed-bins $(TESTBED_DIR)/testbed
 demo-down: testbed-down
 
 # Benchmarks: skewgate vs the in-tree Mixed Version Proxy vs the apiserver itself, on the testbed.
-# Writes bench/results/ and prints the table.
+# Writes bench/results/ and prints the table; results.json names the commit, whether the tree was
+# dirty and whether the run passed, and holds every in-process benchmark figure by name and unit.
 .PHONY: bench
 bench: testbed-bins
 	mkdir -p bench/results
