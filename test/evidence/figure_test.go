@@ -288,6 +288,37 @@ func word(zero string, v value) arg {
 	})
 }
 
+// word1 renders one string README states for the fields at paths, which must all hold it.
+func word1(paths ...string) arg {
+	return func(doc any) (string, error) {
+		var first string
+		for i, p := range paths {
+			v, err := lookup(doc, p)
+			if err != nil {
+				return "", err
+			}
+			s, ok := v.(string)
+			if !ok {
+				return "", fmt.Errorf("%s is %v, not a string", p, v)
+			}
+			if i == 0 {
+				first = s
+			} else if s != first {
+				return "", fmt.Errorf("README states one word for %s and %s, which differ: %q, %q", paths[0], p, first, s)
+			}
+		}
+		return first, nil
+	}
+}
+
+// minSec renders seconds as README writes a duration of minutes (11 min 11 s).
+func minSec(v value) arg {
+	return format(v, func(x float64) string {
+		s := int64(math.Round(x))
+		return fmt.Sprintf("%d min %d s", s/60, s%60)
+	})
+}
+
 // short renders the artifact's commit as README names it (7 characters).
 func short(doc any) (string, error) {
 	v, err := lookup(doc, "commit")

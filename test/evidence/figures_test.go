@@ -5,7 +5,10 @@ import "fmt"
 // e2e names an end-to-end artifact.
 func e2e(test string) string { return "e2e/" + test + ".json" }
 
-const bench = "results.json"
+const (
+	bench    = "results.json"
+	maketest = "maketest.json" // hack/maketest.sh, SKEWGATE_MAKETEST_RESULT
+)
 
 // lat is a latency figure of the make bench table: target a (direct), b (in-tree) or c (front).
 func lat(target, verb string, rate int, field string) value {
@@ -37,6 +40,10 @@ const mib = 1.0 / (1 << 20)
 var figures = []figure{
 	// The introduction.
 	{e2e("TestScenarioNoWrongNotFound"), "we measured %s, %s of %s", []arg{pct(at("figures.roundrobin_404_share")), n(at("figures.roundrobin_404")), n(at("figures.roundrobin_calls"))}},
+
+	// How long make test takes.
+	{maketest, "`make test` takes about %s minutes with %s binaries and Go caches (measured here, %s cores: %s)",
+		[]arg{fx(0, scaled(at("wall_seconds"), 1.0/60)), word1("testbed_binaries_before", "go_build_cache_before"), d(at("cpus")), minSec(at("wall_seconds"))}},
 
 	// The end-to-end table.
 	{e2e("TestScenarioNoWrongNotFound"), "**%s of %s** calls 404 through skewgate; **%s of %s (%s)** through a plain round-robin front (the test requires at least %s)",

@@ -235,3 +235,16 @@ func TestReadmeBenchClaims(t *testing.T) {
 		t.Error("results.json has no row with both the front and the in-tree proxy")
 	}
 }
+
+func TestMinSecAndWord(t *testing.T) {
+	doc := map[string]any{"w": 671.0, "a": "warm", "b": "warm", "c": "cold"}
+	if got, _ := minSec(at("w"))(doc); got != "11 min 11 s" {
+		t.Errorf("minSec = %q", got)
+	}
+	if got, err := word1("a", "b")(doc); got != "warm" || err != nil {
+		t.Errorf("word1 = %q, %v", got, err)
+	}
+	if _, err := word1("a", "c")(doc); err == nil || !strings.Contains(err.Error(), "which differ") {
+		t.Errorf("word1 of differing fields: %v", err)
+	}
+}
