@@ -371,18 +371,24 @@ func TestVersionsNeverRepeat(t *testing.T) {
 
 func TestParseDocumentRejectsBrokenInput(t *testing.T) {
 	good := docJSON(t, apisDoc(true))
-	cases := map[string][]byte{
-		"not json":     []byte("<html>hello</html>"),
-		"wrong kind":   []byte(`{"kind":"APIGroupList","apiVersion":"v1","groups":[]}`),
-		"bad group":    []byte(`{"kind":"APIGroupDiscoveryList","apiVersion":"apidiscovery.k8s.io/v2","items":[{"metadata":{"name":"../x"}}]}`),
-		"bad version":  []byte(`{"kind":"APIGroupDiscoveryList","apiVersion":"apidiscovery.k8s.io/v2","items":[{"metadata":{"name":"x"},"versions":[{"version":"V 1"}]}]}`),
-		"bad resource": []byte(`{"kind":"APIGroupDiscoveryList","apiVersion":"apidiscovery.k8s.io/v2","items":[{"metadata":{"name":"x"},"versions":[{"version":"v1","resources":[{"resource":"a/b"}]}]}]}`),
-		"truncated":    good[:len(good)/2],
-		"wrong type":   []byte(`{"kind":"APIGroupDiscoveryList","apiVersion":"apidiscovery.k8s.io/v2","items":"x"}`),
+	// Each is refused as what it is (the fetch error type, a metric label) and names the cause.
+	cases := map[string]struct {
+		in   []byte
+		typ  string
+		want string
+	}{
+		"not json":     {[]byte("<html>hello</html>"), ErrDecode, "invalid character '<'"},
+		"wrong kind":   {[]byte(`{"kind":"APIGroupList","apiVersion":"v1","groups":[]}`), ErrInvalid, `kind "APIGroupList" apiVersion "v1", want APIGroupDiscoveryList`},
+		"bad group":    {[]byte(`{"kind":"APIGroupDiscoveryList","apiVersion":"apidiscovery.k8s.io/v2","items":[{"metadata":{"name":"../x"}}]}`), ErrInvalid, `bad group name "../x"`},
+		"bad version":  {[]byte(`{"kind":"APIGroupDiscoveryList","apiVersion":"apidiscovery.k8s.io/v2","items":[{"metadata":{"name":"x"},"versions":[{"version":"V 1"}]}]}`), ErrInvalid, `bad version "V 1"`},
+		"bad resource": {[]byte(`{"kind":"APIGroupDiscoveryList","apiVersion":"apidiscovery.k8s.io/v2","items":[{"metadata":{"name":"x"},"versions":[{"version":"v1","resources":[{"resource":"a/b"}]}]}]}`), ErrInvalid, `bad resource "a/b"`},
+		"truncated":    {good[:len(good)/2], ErrDecode, "unexpected end of JSON input"},
+		"wrong type":   {[]byte(`{"kind":"APIGroupDiscoveryList","apiVersion":"apidiscovery.k8s.io/v2","items":"x"}`), ErrDecode, "cannot unmarshal string"},
 	}
-	for name, in := range cases {
-		if _, err := ParseDocument(in); err == nil {
-			t.Errorf("%s: accepted", name)
+	for name, c := range cases {
+		_, err := ParseDocument(c.in)
+		if err == nil || errorType(err) != c.typ || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v (type %q), want type %q with %q", name, err, errorType(err), c.typ, c.want)
 		}
 	}
 	if _, err := ParseDocument(good); err != nil {
@@ -422,8 +428,8 @@ func TestFetchVerifiesUpstreamTLS(t *testing.T) {
 	}
 	insecure := restFor(t, pki)
 	insecure.TLSClientConfig = rest.TLSClientConfig{Insecure: true}
-	if _, err := newFetcher(insecure, up.addr(), 1); err == nil {
-		t.Fatal("insecure upstream TLS accepted")
+	if _, err := newFetcher(insecure, up.addr(), 1); err == nil || !strings.Contains(err.Error(), "refusing an insecure TLS config") {
+		t.Fatalf("insecure upstream TLS: error %v, want it refused as insecure", err)
 	}
 }
 

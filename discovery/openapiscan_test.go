@@ -36,10 +36,15 @@ func FuzzSplitObject(f *testing.F) {
 }
 
 func TestSplitObjectRejects(t *testing.T) {
-	for _, s := range []string{`[1]`, `{"a":}`, `{"a":{"b":[}]}}`, `{"a":1}x`, `{"a":"`, `{"a" 1}`, `{"a":1,}`, `{a:1}`, ``, `"x"`,
-		`{"a":` + strings.Repeat("[", maxNesting+1) + strings.Repeat("]", maxNesting+1) + `}`} {
-		if _, err := splitObject([]byte(s)); err == nil {
-			t.Errorf("%.40q accepted", s)
+	for s, want := range map[string]string{
+		`[1]`: "not a JSON object", `{"a":}`: "offset 5: want a value", `{"a":{"b":[}]}}`: "offset 11: unbalanced }",
+		`{"a":1}x`: "offset 7: data after the object", `{"a":"`: "unterminated string", `{"a" 1}`: "offset 5: want ':'",
+		`{"a":1,}`: "offset 7: want a member name", `{a:1}`: "offset 1: want a member name", ``: "not a JSON object",
+		`"x"`: "not a JSON object",
+		`{"a":` + strings.Repeat("[", maxNesting+1) + strings.Repeat("]", maxNesting+1) + `}`: "JSON nested too deeply",
+	} {
+		if _, err := splitObject([]byte(s)); err == nil || err.Error() != want {
+			t.Errorf("%.40q: error %v, want %q", s, err, want)
 		}
 	}
 }
@@ -47,9 +52,10 @@ func TestSplitObjectRejects(t *testing.T) {
 // A merge whose inputs hide invalid JSON in a member the scanner does not walk is refused by the
 // encoder: nothing invalid is ever served.
 func TestMergeOpenAPIInvalidMember(t *testing.T) {
-	bad := &OpenAPISpec{JSON: []byte(`{"paths":{"/a":{"get":tru}},"components":{"schemas":{}}}`), Hash: "bad"}
-	if _, err := mergeOpenAPI("apis/g/v1", []*OpenAPISpec{bad}, time.Unix(1, 0)); err == nil {
-		t.Error("invalid member merged")
+	// The path is the key's own, so the refusal is the encoder's (a foreign path is refused earlier).
+	bad := &OpenAPISpec{JSON: []byte(`{"paths":{"/apis/g/v1/a":{"get":tru}},"components":{"schemas":{}}}`), Hash: "bad"}
+	if _, err := mergeOpenAPI("apis/g/v1", []*OpenAPISpec{bad}, time.Unix(1, 0)); err == nil || !strings.Contains(err.Error(), "invalid character '}' in literal true") {
+		t.Errorf("invalid member: error %v, want the encoder's refusal of the invalid literal", err)
 	}
 }
 

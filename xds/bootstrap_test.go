@@ -90,29 +90,28 @@ func TestBootstrapGolden(t *testing.T) {
 }
 
 func TestBootstrapRefusesUnsafe(t *testing.T) {
-	for name, mut := range map[string]func(*BootstrapOptions){
-		"admin off loopback":    func(o *BootstrapOptions) { o.AdminAddress = "0.0.0.0:9901" },
-		"admin relative socket": func(o *BootstrapOptions) { o.AdminAddress = "unix://envoy-admin.sock" },
-		"plaintext xDS off-box": func(o *BootstrapOptions) { o.XDSCAFile, o.XDSCertFile, o.XDSKeyFile = "", "", "" },
-		"half of mTLS":          func(o *BootstrapOptions) { o.XDSKeyFile = "" },
-		"no node id":            func(o *BootstrapOptions) { o.NodeID = "" },
-		"no xDS address":        func(o *BootstrapOptions) { o.XDSAddress = "" },
-		"key apart from cert":   func(o *BootstrapOptions) { o.XDSKeyFile = "/etc/skewgate/keys/tls.key" },
-		"relative SDS dir":      func(o *BootstrapOptions) { o.SDSDir = "sds" },
-		"negative max conns":    func(o *BootstrapOptions) { o.MaxConnections = -1 },
+	// Each unsafe option is refused with an error naming what is wrong with it.
+	for name, c := range map[string]struct {
+		mut  func(*BootstrapOptions)
+		want string
+	}{
+		"admin off loopback":    {func(o *BootstrapOptions) { o.AdminAddress = "0.0.0.0:9901" }, `admin address "0.0.0.0:9901" must be a loopback ip:port or unix:///path`},
+		"admin relative socket": {func(o *BootstrapOptions) { o.AdminAddress = "unix://envoy-admin.sock" }, `admin address "unix://envoy-admin.sock": want unix:///absolute/path`},
+		"plaintext xDS off-box": {func(o *BootstrapOptions) { o.XDSCAFile, o.XDSCertFile, o.XDSKeyFile = "", "", "" }, "is not loopback or a unix socket: plaintext gRPC is only allowed on the same host"},
+		"half of mTLS":          {func(o *BootstrapOptions) { o.XDSKeyFile = "" }, "mTLS needs all of --xds-ca-file, --xds-cert-file and --xds-key-file, or none"},
+		"no node id":            {func(o *BootstrapOptions) { o.NodeID = "" }, "node id and node cluster are required"},
+		"no xDS address":        {func(o *BootstrapOptions) { o.XDSAddress = "" }, "xDS address is required"},
+		"key apart from cert":   {func(o *BootstrapOptions) { o.XDSKeyFile = "/etc/skewgate/keys/tls.key" }, `--xds-key-file "/etc/skewgate/keys/tls.key" must be in the same directory`},
+		"relative SDS dir":      {func(o *BootstrapOptions) { o.SDSDir = "sds" }, `"sds" must be an absolute path`},
+		"negative max conns":    {func(o *BootstrapOptions) { o.MaxConnections = -1 }, "max connections -1: want a positive number"},
 	} {
 		o := exampleBootstrap()
-		mut(&o)
-		if _, err := Bootstrap(o); err == nil {
-			t.Errorf("%s: accepted", name)
+		c.mut(&o)
+		if _, err := Bootstrap(o); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want one with %q", name, err, c.want)
 		}
 	}
 	o := exampleBootstrap()
-	o.MaxConnections = -1
-	if _, err := Bootstrap(o); err == nil || !strings.Contains(err.Error(), "max connections -1") {
-		t.Errorf("max connections -1: %v, want the limit named", err)
-	}
-	o = exampleBootstrap()
 	o.XDSAddress, o.XDSCAFile, o.XDSCertFile, o.XDSKeyFile = "unix:///run/skewgate/xds.sock", "", "", ""
 	if _, err := Bootstrap(o); err != nil {
 		t.Errorf("unix socket refused: %v", err)

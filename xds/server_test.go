@@ -335,24 +335,26 @@ func TestTranslationFailureKeepsLastSnapshot(t *testing.T) {
 }
 
 func TestOptionsValidate(t *testing.T) {
-	for name, mut := range map[string]func(*Options){
-		"no serving cert":       func(o *Options) { o.ServingCertFile = "" },
-		"no upstream CA":        func(o *Options) { o.UpstreamCAFile = "" },
-		"no front-proxy key":    func(o *Options) { o.FrontProxyKeyFile = "" },
-		"plaintext off-host":    func(o *Options) { o.ExtProcAddress = "10.1.2.3:18001" },
-		"relative unix socket":  func(o *Options) { o.ExtProcAddress = "unix://run/x.sock" },
-		"half of mTLS":          func(o *Options) { o.ExtProcCAFile = "/ca.crt" },
-		"listen on a hostname":  func(o *Options) { o.ListenAddress = "front.example" },
-		"absurd ext_proc limit": func(o *Options) { o.ExtProcTimeout = time.Minute },
-		"key apart from cert":   func(o *Options) { o.FrontProxyKeyFile = "/etc/keys/front-proxy-client.key" },
-		"relative CA path":      func(o *Options) { o.UpstreamCAFile = "pki/ca.crt" },
+	// Each bad option is refused with an error naming what is wrong with it.
+	for name, c := range map[string]struct {
+		mut  func(*Options)
+		want string
+	}{
+		"no serving cert":       {func(o *Options) { o.ServingCertFile = "" }, "serving certificate file is required"},
+		"no upstream CA":        {func(o *Options) { o.UpstreamCAFile = "" }, "upstream CA file is required"},
+		"no front-proxy key":    {func(o *Options) { o.FrontProxyKeyFile = "" }, "front-proxy client key file is required"},
+		"plaintext off-host":    {func(o *Options) { o.ExtProcAddress = "10.1.2.3:18001" }, `ext_proc address "10.1.2.3:18001" is not loopback or a unix socket`},
+		"relative unix socket":  {func(o *Options) { o.ExtProcAddress = "unix://run/x.sock" }, `"unix://run/x.sock": unix socket path must be absolute`},
+		"half of mTLS":          {func(o *Options) { o.ExtProcCAFile = "/ca.crt" }, "mTLS needs all of the ext_proc CA, certificate and key files, or none"},
+		"listen on a hostname":  {func(o *Options) { o.ListenAddress = "front.example" }, `listen address "front.example" is not an IP address`},
+		"absurd ext_proc limit": {func(o *Options) { o.ExtProcTimeout = time.Minute }, "ext_proc timeout 1m0s out of range [1ms, 10s]"},
+		"key apart from cert":   {func(o *Options) { o.FrontProxyKeyFile = "/etc/keys/front-proxy-client.key" }, `key "/etc/keys/front-proxy-client.key" must be in the same directory`},
+		"relative CA path":      {func(o *Options) { o.UpstreamCAFile = "pki/ca.crt" }, `"pki/ca.crt" must be an absolute path`},
 	} {
 		o := testOptions()
-		mut(&o)
-		if _, err := Translate(emptyTopology(), o); err == nil {
-			t.Errorf("%s: Translate accepted it", name)
-		} else if strings.TrimSpace(err.Error()) == "" {
-			t.Errorf("%s: empty error", name)
+		c.mut(&o)
+		if _, err := Translate(emptyTopology(), o); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: Translate error %v, want one with %q", name, err, c.want)
 		}
 	}
 	o := testOptions()

@@ -129,15 +129,18 @@ func TestSkewRoutesBounded(t *testing.T) {
 func TestSkewRoutesSkipWhatTheyCannotExpress(t *testing.T) {
 	tb := &translator{o: testOptions(), top: skewedTopology(3)}
 	long := discovery.ResourceKey{Group: "g.example.com", Version: "v1", Resource: strings.Repeat("x", 63)}
-	if _, err := tb.keyRoutes(long, nil); err == nil {
-		t.Fatalf("a %d-character resource name was expressed", len(long.Resource))
+	if _, err := tb.keyRoutes(long, nil); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("more than %d", maxRegexProgram)) {
+		t.Fatalf("a %d-character resource name: error %v, want its pattern's cost over %d", len(long.Resource), err, maxRegexProgram)
 	}
-	for _, k := range []discovery.ResourceKey{
-		{Version: "v1", Resource: "watch"}, {Version: "v1", Resource: "proxy"},
-		{Version: "v1", Resource: "a/b"}, {Version: "v1", Resource: "a%2Fb"}, {Version: "v1"},
+	for k, want := range map[discovery.ResourceKey]string{
+		{Version: "v1", Resource: "watch"}: `resource "watch" is read as a verb prefix`,
+		{Version: "v1", Resource: "proxy"}: `resource "proxy" is read as a verb prefix`,
+		{Version: "v1", Resource: "a/b"}:   `"a/b" is not made of unreserved characters`,
+		{Version: "v1", Resource: "a%2Fb"}: `"a%2Fb" is not made of unreserved characters`,
+		{Version: "v1"}:                    "empty version or resource",
 	} {
-		if err := expressible(k); err == nil {
-			t.Errorf("%+v is expressible", k)
+		if err := expressible(k); err == nil || err.Error() != want {
+			t.Errorf("%+v: error %v, want %q", k, err, want)
 		}
 	}
 	routes, skipped, err := tb.skewRoutes(nil)

@@ -82,7 +82,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.UpstreamCAFile, "upstream-ca-file", o.UpstreamCAFile, "CA that signs the apiservers' serving certificates, verified for kubernetes.default.svc (empty: the kubeconfig's CA)")
 	fs.StringArrayVar(&o.StaticUpstreams, "static-upstream", o.StaticUpstreams, "an apiserver as name=host:port, name being its hostname (repeatable); matched to its identity Lease by hostname")
 	fs.StringArrayVar(&o.AllowedCIDRs, "allowed-cidr", o.AllowedCIDRs, "CIDR that identity Lease addresses may be in (repeatable); other Lease addresses are never routed to")
-	fs.BoolVar(&o.TrustEndpointSlice, "trust-endpointslice", o.TrustEndpointSlice, "accept Lease addresses listed in the default/kubernetes EndpointSlice")
+	fs.BoolVar(&o.TrustEndpointSlice, "trust-endpointslice", o.TrustEndpointSlice, "also accept Lease addresses listed in the default/kubernetes EndpointSlice; besides these, --allowed-cidr and --static-upstream, no address is accepted (no default range, loopback included)")
 	fs.DurationVar(&o.StaleAfter, "lease-stale-after", o.StaleAfter, "an identity Lease not renewed for this long means its apiserver is gone; 20s to 1h (apiservers renew every 10s), and more than --probe-interval")
 	fs.DurationVar(&o.ProbeInterval, "probe-interval", o.ProbeInterval, "how often each apiserver's /readyz is probed; 100ms to 1m")
 	fs.IntVar(&o.MaxUpstreams, "max-upstreams", o.MaxUpstreams, "most upstream apiservers (static ones included), 1 to 1000; identity Leases past it are refused, logged and counted in skewgate_discovery_ignored_leases")

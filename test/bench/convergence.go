@@ -49,10 +49,13 @@ func poller(ctx context.Context, tc *tls.Config, url string, out *[]poll, mu *sy
 	}
 }
 
+// frontTarget names the skewgate front's convergence figures.
+const frontTarget = "skewgate front"
+
 func measureConvergence(tb *testbed.Testbed, f *front.Front, tc *tls.Config, logf func(string, ...any)) ([]convergence, error) {
 	path := "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies"
 	targets := []struct{ name, url string }{
-		{"skewgate front", f.URL + path},
+		{frontTarget, f.URL + path},
 		{"old apiserver + in-tree MVP", tb.MustApiserver("old").URL() + path},
 	}
 	ctx, cancel := context.WithCancel(context.Background())

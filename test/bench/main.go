@@ -23,8 +23,17 @@ import (
 	"github.com/skewgate/skewgate/test/testbed"
 )
 
-// Results is everything one run measured; results.json holds it.
+// Results is everything one run measured; results.json holds it, written when the run ends.
 type Results struct {
+	// Passed is the run's verdict (see verdict): a run that shows what README says does not happen
+	// is written too, says so in Failures, and README must not quote it.
+	Passed   bool     `json:"passed"`
+	Failures []string `json:"failures,omitempty"`
+	// Commit is the checkout's HEAD when the run ended, Dirty whether code (anything outside
+	// bench/results) differed from it: the figures describe that commit only.
+	Commit      string        `json:"commit"`
+	Dirty       bool          `json:"dirty"`
+	CPUs        int           `json:"cpus"`
 	Machine     string        `json:"machine"`
 	Date        time.Time     `json:"date"`
 	DataPlane   string        `json:"dataPlane"`
@@ -32,6 +41,9 @@ type Results struct {
 	Convergence []convergence `json:"convergence"`
 	Scale       []scaleResult `json:"scale"`
 	ExtProc     string        `json:"extproc"`
+	// Benchmarks are the in-process benchmarks of ExtProc by name (without the -GOMAXPROCS
+	// suffix), then unit: BenchmarkDecide's ns/op is benchmarks.BenchmarkDecide.ns/op.
+	Benchmarks map[string]map[string]float64 `json:"benchmarks"`
 }
 
 func main() {
@@ -57,10 +69,19 @@ func main() {
 		b, err := os.ReadFile(*extprocOut)
 		fatal(err)
 		res.ExtProc = string(b)
+		res.Benchmarks, err = parseBenchmarks(res.ExtProc)
+		fatal(err)
 	}
+	res.Commit, res.Dirty = checkout()
+	res.CPUs = runtime.NumCPU()
+	res.Failures = verdict(res)
+	res.Passed = len(res.Failures) == 0
 	fatal(write(*out, res))
 	md, _ := os.ReadFile(filepath.Join(*out, "results.md"))
 	fmt.Print(string(md))
+	if !res.Passed {
+		fatal(fmt.Errorf("the run did not pass (written with passed false): %s", strings.Join(res.Failures, "; ")))
+	}
 }
 
 func fatal(err error) {

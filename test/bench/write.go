@@ -47,6 +47,15 @@ func ratio(a, b float64) string {
 func markdown(r *Results) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# skewgate benchmark\n\n%s on %s; front data plane: %s.\n\n", r.Date.Format(time.RFC3339), r.Machine, r.DataPlane)
+	verdict := "passed"
+	if !r.Passed {
+		verdict = "FAILED: " + strings.Join(r.Failures, "; ")
+	}
+	dirty := ""
+	if r.Dirty {
+		dirty = " (dirty tree: the figures describe no commit)"
+	}
+	fmt.Fprintf(&b, "Commit %s%s; %s.\n\n", r.Commit, dirty, verdict)
 	fmt.Fprintf(&b, "Targets: (a) the v1.36 apiserver directly, the floor; (b) the v1.35 apiserver with the in-tree Mixed Version Proxy, which proxies to v1.36; (c) the skewgate front. Latency in ms from sending a request to its full answer, fixed-rate open loop.\n\n")
 	fmt.Fprintf(&b, "## Latency\n\n| resource | verb | rate/s | target | p50 | p90 | p99 | errors | p50 c/b | p99 c/b | p50 c/a | p99 c/a |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, s := range r.Latency {

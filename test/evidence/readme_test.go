@@ -10,8 +10,8 @@ import (
 	"testing"
 )
 
-// artifact is the part of a bench/results/e2e/<Test>.json file (test/e2e/results_test.go) that
-// says what it describes.
+// artifact is the part of an artifact (bench/results/e2e/<Test>.json, test/e2e/results_test.go;
+// bench/results/results.json, test/bench) that says what it describes.
 type artifact struct {
 	Test   string `json:"test"`
 	Passed bool   `json:"passed"`
@@ -54,11 +54,12 @@ func measuredTests(t *testing.T, readme string) []string {
 	return tests
 }
 
-// TestReadmeFiguresFromPassingRunsAtTheCode: every test the README's end-to-end table credits whose
-// figures are in an artifact has one that passed, ran on a clean tree, and whose commit has the same
-// code as this checkout (only prose, artifacts and this check may differ). A figure from a failed
-// run, or one older than the code it measures, fails make test: re-run with
-// SKEWGATE_E2E_RESULTS=$PWD/bench/results/e2e make test and quote the new files.
+// TestReadmeFiguresFromPassingRunsAtTheCode: every artifact README quotes (each test the README's
+// end-to-end table credits that has one, and every artifact of the figures table: make bench's
+// results.json included) passed, ran on a clean tree, and its commit has the same code as this
+// checkout (only prose, artifacts and this check may differ). A figure from a failed run, or one
+// older than the code it measures, fails make test: re-run with
+// SKEWGATE_E2E_RESULTS=$PWD/bench/results/e2e make test (or make bench) and quote the new files.
 func TestReadmeFiguresFromPassingRunsAtTheCode(t *testing.T) {
 	top := root(t)
 	if out, err := exec.Command("git", "rev-parse", "--is-shallow-repository").Output(); err == nil && strings.TrimSpace(string(out)) == "true" {
@@ -69,42 +70,50 @@ func TestReadmeFiguresFromPassingRunsAtTheCode(t *testing.T) {
 		t.Fatal(err)
 	}
 	tests := measuredTests(t, string(readme))
-	checked := 0
+	var names []string
+	seen := map[string]bool{}
 	for _, name := range tests {
-		data, err := os.ReadFile(filepath.Join(top, "bench", "results", "e2e", name+".json"))
-		if os.IsNotExist(err) {
-			continue // a row whose result is an assertion, with no figures of its own
+		if _, err := os.Stat(filepath.Join(top, "bench", "results", e2e(name))); err == nil {
+			names, seen[e2e(name)] = append(names, e2e(name)), true
+		} // else a row whose result is an assertion, with no figures of its own
+	}
+	for _, f := range figures {
+		if !seen[f.Artifact] {
+			names, seen[f.Artifact] = append(names, f.Artifact), true
 		}
+	}
+	for _, name := range names {
+		data, err := os.ReadFile(filepath.Join(top, "bench", "results", name))
 		if err != nil {
-			t.Fatal(err)
+			t.Error(err)
+			continue
 		}
 		var a artifact
 		if err := json.Unmarshal(data, &a); err != nil {
-			t.Errorf("%s.json: %v", name, err)
+			t.Errorf("%s: %v", name, err)
 			continue
 		}
-		checked++
 		switch {
 		case !a.Passed:
-			t.Errorf("%s.json is from a run that failed: README must not quote it", name)
+			t.Errorf("%s is from a run that failed (or names no verdict): README must not quote it", name)
 		case a.Dirty:
-			t.Errorf("%s.json is from a dirty tree at %s: its figures describe no commit", name, a.Commit)
+			t.Errorf("%s is from a dirty tree at %s: its figures describe no commit", name, a.Commit)
 		case a.Commit == "" || a.Commit == "unknown":
-			t.Errorf("%s.json names no commit", name)
+			t.Errorf("%s names no commit", name)
 		default:
 			args := append([]string{"diff", "--name-only", a.Commit, "HEAD", "--", ":/"}, notCode...)
 			out, err := exec.Command("git", args...).CombinedOutput()
 			if err != nil {
-				t.Errorf("%s.json: git diff %s: %v: %s", name, a.Commit, err, out)
+				t.Errorf("%s: git diff %s: %v: %s", name, a.Commit, err, out)
 			} else if changed := strings.Fields(string(out)); len(changed) > 0 {
-				t.Errorf("%s.json is from %s, and the code changed since (%d files, e.g. %s): re-run it", name, a.Commit[:min(10, len(a.Commit))], len(changed), changed[0])
+				t.Errorf("%s is from %s, and the code changed since (%d files, e.g. %s): re-run it", name, a.Commit[:min(10, len(a.Commit))], len(changed), changed[0])
 			}
 		}
 	}
-	if checked == 0 {
+	if len(names) == 0 {
 		t.Fatalf("none of the %d tests README's end-to-end table credits has an artifact in bench/results/e2e", len(tests))
 	}
-	t.Logf("%d artifacts checked of %d tests the table credits", checked, len(tests))
+	t.Logf("%d artifacts checked (%d tests the table credits)", len(names), len(tests))
 }
 
 // TestMeasuredTestsParsed guards the parser on a table like README's.
@@ -113,5 +122,129 @@ func TestMeasuredTestsParsed(t *testing.T) {
 	got := strings.Join(measuredTests(t, table), ",")
 	if got != "TestA,TestB,TestTrust" {
 		t.Errorf("measuredTests = %s, want TestA,TestB,TestTrust", got)
+	}
+}
+
+// TestReadmeFiguresMatchArtifacts: every README number in the figures table is the one its
+// artifact holds, stated in the same sentence; every artifact README's end-to-end table credits
+// has figures in the table, and the end-to-end section names the commit of every one of them.
+func TestReadmeFiguresMatchArtifacts(t *testing.T) {
+	top := root(t)
+	readme, err := os.ReadFile(filepath.Join(top, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := oneLine(string(readme))
+	dir := filepath.Join(top, "bench", "results")
+	all := append([]figure(nil), figures...)
+	tied := map[string]bool{}
+	for _, f := range figures {
+		tied[f.Artifact] = true
+	}
+	for _, name := range measuredTests(t, string(readme)) {
+		a := e2e(name)
+		if _, err := os.Stat(filepath.Join(dir, a)); err != nil {
+			continue
+		}
+		if !tied[a] {
+			t.Errorf("README's end-to-end table credits %s, whose figures no entry of the figures table ties to README", a)
+		}
+		all = append(all, figure{a, "(the figures below: commit %s, clean, every test passed)", []arg{short}})
+	}
+	cache := map[string]any{}
+	for _, f := range all {
+		want, err := f.render(dir, cache)
+		if err != nil {
+			t.Errorf("README figure %q: %v", f.Text, err)
+			continue
+		}
+		if !strings.Contains(text, want) {
+			t.Errorf("README.md should say, from %s:\n\t%s", f.Artifact, want)
+		}
+	}
+	t.Logf("%d README sentences checked against %d artifacts", len(all), len(cache))
+}
+
+// TestFigureHelpers guards the path syntax and the renderings on a document like the artifacts.
+func TestFigureHelpers(t *testing.T) {
+	var doc any
+	if err := json.Unmarshal([]byte(`{"commit":"0123456789","f":{"a b":{"200":15195,"503":2},"zero":0,"share":0.594},
+		"latency":[{"Target":"a. x","Rate":5,"P50":1.005},{"Target":"c. y (z.w)","Rate":5,"P50":0.7361}]}`), &doc); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		a    arg
+		want string
+	}{
+		{n(at("f.a b.200")), "15 195"}, {d(at("f.a b.200")), "15195"}, {n(total("f.a b")), "15 197"},
+		{n(or0("f.a b.404")), "0"}, {pct(at("f.share")), "59%"}, {word("no", at("f.zero")), "no"}, {word("no", at("f.a b.503")), "2"},
+		{sig2(at("latency.[Target^=c.;Rate=5].P50")), "0.74"}, {sig2(scaled(at("f.a b.200"), 1e-3)), "15"}, {fx(2, at("latency.[Target^=a.].P50")), "1.00"},
+		{fx(2, ratio(at("latency.[Target^=c.].P50"), at("latency.[Target^=a.].P50"))), "0.73"}, {short, "0123456"},
+	} {
+		if got, err := c.a(doc); err != nil || got != c.want {
+			t.Errorf("got %q (%v), want %q", got, err, c.want)
+		}
+	}
+	for _, bad := range []arg{n(at("f.missing")), n(at("latency.[Rate=5]")), n(same(at("f.a b.200"), at("f.a b.503"))), n(ifNone(at("f.zero"), "f.a b.503")), n(at("f.a b"))} {
+		if got, err := bad(doc); err == nil {
+			t.Errorf("rendered %q, want an error", got)
+		}
+	}
+}
+
+// TestReadmeBenchClaims: README's claims over whole tables of make bench hold in its results.json.
+func TestReadmeBenchClaims(t *testing.T) {
+	top := root(t)
+	readme, err := os.ReadFile(filepath.Join(top, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const faster = "The front is faster than the in-tree proxy at the median and at p99 in every row of `bench/results/results.md`"
+	if !strings.Contains(oneLine(string(readme)), faster) {
+		t.Fatalf("README no longer says %q: remove this check or restore the claim", faster)
+	}
+	data, err := os.ReadFile(filepath.Join(top, "bench", "results", bench))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r struct {
+		Latency []struct {
+			Target, Resource, Verb string
+			Rate                   int
+			P50, P99               float64
+		} `json:"latency"`
+	}
+	if err := json.Unmarshal(data, &r); err != nil {
+		t.Fatal(err)
+	}
+	rows := 0
+	for _, c := range r.Latency {
+		if !strings.HasPrefix(c.Target, "c.") {
+			continue
+		}
+		for _, b := range r.Latency {
+			if strings.HasPrefix(b.Target, "b.") && b.Resource == c.Resource && b.Verb == c.Verb && b.Rate == c.Rate {
+				rows++
+				if c.P50 >= b.P50 || c.P99 >= b.P99 {
+					t.Errorf("README says %q, but %s %s at %d/s: front p50/p99 %.2f/%.2f ms, in-tree %.2f/%.2f ms", faster, c.Verb, c.Resource, c.Rate, c.P50, c.P99, b.P50, b.P99)
+				}
+			}
+		}
+	}
+	if rows == 0 {
+		t.Error("results.json has no row with both the front and the in-tree proxy")
+	}
+}
+
+func TestMinSecAndWord(t *testing.T) {
+	doc := map[string]any{"w": 671.0, "a": "warm", "b": "warm", "c": "cold"}
+	if got, _ := minSec(at("w"))(doc); got != "11 min 11 s" {
+		t.Errorf("minSec = %q", got)
+	}
+	if got, err := word1("a", "b")(doc); got != "warm" || err != nil {
+		t.Errorf("word1 = %q, %v", got, err)
+	}
+	if _, err := word1("a", "c")(doc); err == nil || !strings.Contains(err.Error(), "which differ") {
+		t.Errorf("word1 of differing fields: %v", err)
 	}
 }

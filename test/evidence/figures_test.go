@@ -1,0 +1,155 @@
+package evidence
+
+import "fmt"
+
+// e2e names an end-to-end artifact.
+func e2e(test string) string { return "e2e/" + test + ".json" }
+
+const (
+	bench    = "results.json"
+	maketest = "maketest.json" // hack/maketest.sh, SKEWGATE_MAKETEST_RESULT
+)
+
+// lat is a latency figure of the make bench table: target a (direct), b (in-tree) or c (front).
+func lat(target, verb string, rate int, field string) value {
+	return at(fmt.Sprintf("latency.[Target^=%s.;Resource=mutatingadmissionpolicies;Verb=%s;Rate=%d].%s", target, verb, rate, field))
+}
+
+// latRow is a row of README's make bench table: "p50 / p99 ms" per target, then front / in-tree.
+func latRow(verb string, rate int, direct bool) figure {
+	text := fmt.Sprintf("| %s `mutatingadmissionpolicies` %d/s p50 / p99 |", verb, rate)
+	var args []arg
+	if direct {
+		text += " %s / %s ms |"
+		args = append(args, fx(2, lat("a", verb, rate, "P50")), fx(2, lat("a", verb, rate, "P99")))
+	} else {
+		text += " |"
+	}
+	text += " %s / %s ms | %s / %s ms | %s / %s |"
+	args = append(args, fx(2, lat("b", verb, rate, "P50")), fx(2, lat("b", verb, rate, "P99")),
+		fx(2, lat("c", verb, rate, "P50")), fx(2, lat("c", verb, rate, "P99")),
+		fx(2, ratio(lat("c", verb, rate, "P50"), lat("b", verb, rate, "P50"))), fx(2, ratio(lat("c", verb, rate, "P99"), lat("b", verb, rate, "P99"))))
+	return figure{bench, text, args}
+}
+
+func bm(name, unit string) value { return at("benchmarks." + name + "." + unit) }
+
+const mib = 1.0 / (1 << 20)
+
+// figures are README's numbers that come from an artifact, each with the sentence that states it.
+var figures = []figure{
+	// The introduction.
+	{e2e("TestScenarioNoWrongNotFound"), "we measured %s, %s of %s", []arg{pct(at("figures.roundrobin_404_share")), n(at("figures.roundrobin_404")), n(at("figures.roundrobin_calls"))}},
+
+	// How long make test takes.
+	{maketest, "`make test` takes about %s minutes with %s binaries and Go caches (measured here, %s cores: %s)",
+		[]arg{fx(0, scaled(at("wall_seconds"), 1.0/60)), word1("testbed_binaries_before", "go_build_cache_before"), d(at("cpus")), minSec(at("wall_seconds"))}},
+
+	// The end-to-end table.
+	{e2e("TestScenarioNoWrongNotFound"), "**%s of %s** calls 404 through skewgate; **%s of %s (%s)** through a plain round-robin front (the test requires at least %s)",
+		[]arg{n(at("figures.skewgate_404")), n(at("figures.skewgate_calls")), n(at("figures.roundrobin_404")), n(at("figures.roundrobin_calls")),
+			pct(at("figures.roundrobin_404_share")), pct(at("figures.roundrobin_min_share_bound"))}},
+	{e2e("TestScenarioExplain"), "**%s failures** through skewgate; %s of %s through round-robin",
+		[]arg{n(at("figures.front_failures")), n(at("figures.round_robin_failures")), n(at("figures.rounds"))}},
+	{e2e("TestScenarioOpenAPI"), "the front's own index (%s keys,", []arg{n(at("figures.index_keys"))}},
+	{e2e("TestScenarioOpenAPI"), "**%s document reads, all 200 with exactly the bytes of their hash**", []arg{n(at("figures.document_reads"))}},
+	{e2e("TestScenarioOpenAPI"), "explain **%s of %s failures**; ext_proc stopped: every document 200 (%s redirected), explain **%s of %s failures**",
+		[]arg{n(at("figures.explain_failures")), n(at("figures.explain_rounds")), n(at("figures.documents_redirected_ext_proc_stopped")),
+			n(at("figures.explain_failures_ext_proc_stopped")), n(at("figures.explain_rounds"))}},
+	{e2e("TestScenarioOpenAPIMerged"), "`kubectl explain` %s times each (fresh cache) **%s failures** for `mutatingadmissionpolicies` and for `validatingadmissionpolicies`, %s of %s each through round-robin; the CRD: explain %s of %s failures, and the front's own index named the document with the new field **%s s** after the change",
+		[]arg{n(at("figures.rounds")), n(same(at("figures.mutatingadmissionpolicies.front_failures"), at("figures.validatingadmissionpolicies.front_failures"))),
+			n(same(at("figures.mutatingadmissionpolicies.round_robin_failures"), at("figures.validatingadmissionpolicies.round_robin_failures"))), n(at("figures.rounds")),
+			n(at("figures.crd_explain_failures")), n(at("figures.rounds")), fx(1, scaled(at("figures.crd_new_field_seen_ms"), 1e-3))}},
+	{e2e("TestScenarioRollingUpgrade"), "%s calls, **every one answered 200 or 201**, 0 wrong 404s; every acknowledged write (%s configmaps + %s policies) readable afterwards. %s HTTP exchanges were Envoy's own 503",
+		[]arg{n(same(at("figures.calls"), sum(or0("figures.calls_by_status.200"), or0("figures.calls_by_status.201")))),
+			n(at("figures.acknowledged_configmaps")), n(at("figures.acknowledged_mutatingadmissionpolicies")), n(or0("figures.http_exchanges_by_status.503"))}},
+	{e2e("TestGatewayAnswersEjectNobody"), "(504, 200, or a stream the apiserver resets: %s of %s)",
+		[]arg{n(at("figures.attack_upstream_resets")), n(total("figures.attack_by_status./api/v1/namespaces/default/configmaps?timeout=1ms"))}},
+	{e2e("TestGatewayAnswersEjectNobody"), "normal client **%s requests (%s during the attack), all 200**, %s apiserver ejected",
+		[]arg{n(same(at("figures.normal_requests"), or0("figures.normal_by_status.200"))), n(at("figures.normal_during_attack")), word("no", at("figures.ejections"))}},
+	{e2e("TestImmediateHealthCheckFailIgnored"), "normal client **%s requests, all 200**; the attacker's %s answers all without the header; %s apiserver marked unhealthy",
+		[]arg{n(same(total("figures.normal_by_status"), or0("figures.normal_by_status.200"))), n(same(at("figures.attack_requests"), or0("figures.attack_by_status.200"))),
+			word("no", at("figures.hosts_marked_unhealthy"))}},
+	{e2e("TestOpenAPIRangeFloodThroughTheFront"), "%s clients without credentials ask the front for `/openapi/v3` with %s one-byte ranges each",
+		[]arg{n(at("figures.flood_clients")), n(at("figures.ranges_per_request"))}},
+	{e2e("TestOpenAPIRangeFloodThroughTheFront"), "**%s certificate and token requests, all 200**; %s of the %s flood requests got the index",
+		[]arg{n(ifNone(at("figures.client_requests"), "figures.client_failed")), word("none", at("figures.flood_served_index")), n(at("figures.flood_requests"))}},
+	{e2e("TestScenarioKillNew"), "503 (never 404) from %s ms after the kill (the test fails above %s ms); %s ms from its `/readyz` to success (fails above %s ms)",
+		[]arg{n(at("figures.kill_to_first_503_ms")), n(at("figures.first_503_bound_ms")), n(at("figures.readyz_to_success_ms")), n(at("figures.readyz_to_success_bound_ms"))}},
+	{e2e("TestFailOpenKeepsSkewedRoutes"), "%s, %s and %s requests, **all 200**: Envoy's own route table sends the skewed resource to the capable apiserver; %s wrong 404s, %s 503s",
+		[]arg{n(same(at("figures.ext_proc stopped.requests"), or0("figures.ext_proc stopped.by_status.200"))),
+			n(same(at("figures.ext_proc hung.requests"), or0("figures.ext_proc hung.by_status.200"))),
+			n(same(at("figures.skewgate restarting.requests"), or0("figures.skewgate restarting.by_status.200"))),
+			n(sum(at("figures.ext_proc stopped.wrong_404"), at("figures.ext_proc hung.wrong_404"), at("figures.skewgate restarting.wrong_404"))),
+			n(sum(or0("figures.ext_proc stopped.by_status.503"), or0("figures.ext_proc hung.by_status.503"), or0("figures.skewgate restarting.by_status.503")))}},
+	{e2e("TestColdStart"), "**%s s, %s s and %s s after the last of that node's parts was up**",
+		[]arg{fx(1, scaled(at("figures.nodes.old.last_part_up_to_kubectl_ms"), 1e-3)), fx(1, scaled(at("figures.nodes.new.last_part_up_to_kubectl_ms"), 1e-3)),
+			fx(1, scaled(at("figures.nodes.old2.last_part_up_to_kubectl_ms"), 1e-3))}},
+	{e2e("TestColdStart"), "kubectl itself took %s, %s and %s s",
+		[]arg{fx(1, scaled(at("figures.nodes.old.successful_kubectl_run_ms"), 1e-3)), fx(1, scaled(at("figures.nodes.new.successful_kubectl_run_ms"), 1e-3)),
+			fx(1, scaled(at("figures.nodes.old2.successful_kubectl_run_ms"), 1e-3))}},
+	{e2e("TestColdStart"), "%s, %s and %s s here",
+		[]arg{fx(1, scaled(at("figures.nodes.old.bound_from_last_part_up_ms"), 1e-3)), fx(1, scaled(at("figures.nodes.new.bound_from_last_part_up_ms"), 1e-3)),
+			fx(1, scaled(at("figures.nodes.old2.bound_from_last_part_up_ms"), 1e-3))}},
+	{e2e("TestColdStartRestarts"), "skewgate restarted (%s s away) under 4 clients reading through its node's front; the restarted skewgate's informers held %s s",
+		[]arg{fx(0, scaled(at("figures.restart_skewgate.skewgate_away_ms"), 1e-3)), fx(1, scaled(at("figures.restart_skewgate.informers_held_ms"), 1e-3))}},
+	{e2e("TestColdStartRestarts"), "**%s requests, all 200**, the skewed API included", []arg{n(same(at("figures.restart_skewgate.requests"), or0("figures.restart_skewgate.by_outcome.200")))}},
+	{e2e("TestColdStartRestarts"), "(%s requests decided that way)", []arg{n(at("figures.restart_skewgate.unsynced_extproc_decisions"))}},
+	{e2e("TestColdStartRestarts"), "data plane restarted (%s s away) while skewgate runs | %s connection refused while nothing listened; its listener %s ms after the start",
+		[]arg{fx(0, scaled(at("figures.restart_data_plane.data_plane_away_ms"), 1e-3)), n(at("figures.restart_data_plane.by_outcome.connection refused")), n(at("figures.restart_data_plane.start_to_listener_ms"))}},
+	{e2e("TestColdStartRestarts"), "first 200 after %s ms; **every request started once it listened: 200** (%s)",
+		[]arg{n(at("figures.restart_data_plane.start_to_first_200_ms")), n(same(total("figures.restart_data_plane.started_after_listener"), or0("figures.restart_data_plane.started_after_listener.200")))}},
+	{e2e("TestColdStartRestarts"), "every shared read started after the kill: **%s, all 200**; of the %s in flight at the kill, %s got 503",
+		[]arg{n(same(total("figures.kill_node.shared_started_after_kill"), or0("figures.kill_node.shared_started_after_kill.200"))), n(total("figures.kill_node.shared_in_flight_at_kill")),
+			n(or0("figures.kill_node.shared_in_flight_at_kill.503"))}},
+
+	// make bench: the table.
+	latRow("GET", 200, true),
+	latRow("GET", 500, true),
+	latRow("LIST", 500, false),
+	{bench, "| SIGKILL of new: answers while down | | %s x 503, **%s x 404** | %s x 503, %s 404 |",
+		[]arg{d(or0("convergence.[target=old apiserver + in-tree MVP].whileDown.503")), d(or0("convergence.[target=old apiserver + in-tree MVP].whileDown.404")),
+			d(or0("convergence.[target=skewgate front].whileDown.503")), word("no", or0("convergence.[target=skewgate front].whileDown.404"))}},
+	{bench, "| new's `/readyz` to success | | %s ms | %s ms |",
+		[]arg{d(at("convergence.[target=old apiserver + in-tree MVP].backMs")), d(at("convergence.[target=skewgate front].backMs"))}},
+	// make bench: the prose.
+	{bench, "1000 upstreams in 10 versions -> %s clusters, Topology build %s ms, translation %s ms, %s MiB of resources, %s MiB RSS; 100 upstreams: %s ms, %s ms, %s KiB",
+		[]arg{d(at("scale.[upstreams=1000].clusters")), fx(0, at("scale.[upstreams=1000].buildMs")), fx(0, at("scale.[upstreams=1000].translateMs")),
+			fx(1, scaled(at("scale.[upstreams=1000].snapshotKiB"), 1.0/1024)), d(at("scale.[upstreams=1000].rssMiB")),
+			fx(0, at("scale.[upstreams=100].buildMs")), fx(0, at("scale.[upstreams=100].translateMs")), d(at("scale.[upstreams=100].snapshotKiB"))}},
+	{bench, "1000 upstreams in 10 versions %s ms (%s clusters, %s routes including the skew routes); 100 upstreams with 10 sets %s ms; a Topology change reaches an ADS client in %s ms",
+		[]arg{sig2(scaled(bm("BenchmarkTranslate1000", "ns/op"), 1e-6)), d(bm("BenchmarkTranslate1000", "clusters")), d(bm("BenchmarkTranslate1000", "routes")),
+			sig2(scaled(bm("BenchmarkTranslate100x10", "ns/op"), 1e-6)), sig2(scaled(bm("BenchmarkPush", "ns/op"), 1e-6))}},
+	{bench, "classify %s ns, decide %s ns, both with %s allocations; the whole in-process answer %s us, %s allocations",
+		[]arg{fx(0, bm("BenchmarkClassify", "ns/op")), fx(0, bm("BenchmarkDecide", "ns/op")), d(same(bm("BenchmarkClassify", "allocs/op"), bm("BenchmarkDecide", "allocs/op"))),
+			sig2(scaled(bm("BenchmarkServerDecide", "ns/op"), 1e-3)), d(bm("BenchmarkServerDecide", "allocs/op"))}},
+	{bench, "%s us / %s ms vs %s us / %s ms at 2k/s, %s us / %s ms vs %s us / %s ms at 5k/s, %s us / %s ms vs %s us / %s ms at 10k/s", loadArgs()},
+	{bench, "%s MiB of input documents, %s MiB merged): a Topology build that merges them takes %s ms and allocates %s MiB, %s MiB retained; a rebuild for an unrelated change (merges memoised) %s ms, against %s ms for the same Build without OpenAPI",
+		[]arg{fx(1, scaled(bm("BenchmarkBuildOpenAPI/merge-cold", "input-bytes"), mib)), fx(1, scaled(bm("BenchmarkBuildOpenAPI/merge-cold", "merged-bytes"), mib)),
+			sig2(scaled(bm("BenchmarkBuildOpenAPI/merge-cold", "ns/op"), 1e-6)), fx(1, scaled(bm("BenchmarkBuildOpenAPI/merge-cold", "B/op"), mib)),
+			fx(1, scaled(bm("BenchmarkBuildOpenAPI/merge-cold", "retained-bytes"), mib)),
+			sig2(scaled(bm("BenchmarkBuildOpenAPI/merge-rebuild", "ns/op"), 1e-6)), sig2(scaled(bm("BenchmarkBuildOpenAPI/no-openapi", "ns/op"), 1e-6))}},
+	{bench, "%s resource keys", []arg{d(bm("BenchmarkBuildOpenAPI/merge-cold", "resource-keys"))}},
+	{bench, "%s us as JSON, %s us as protobuf once rendered (the rendering: %s ms, %s MiB allocated, once per document), %s us for a 304, %s us for a 301",
+		[]arg{sig2(scaled(bm("BenchmarkOpenAPIDocument/json", "ns/op"), 1e-3)), sig2(scaled(bm("BenchmarkOpenAPIDocument/protobuf", "ns/op"), 1e-3)),
+			fx(0, scaled(bm("BenchmarkOpenAPIProtobufRender", "ns/op"), 1e-6)), fx(0, scaled(bm("BenchmarkOpenAPIProtobufRender", "B/op"), mib)),
+			sig2(scaled(bm("BenchmarkOpenAPIDocument/not-modified", "ns/op"), 1e-3)), sig2(scaled(bm("BenchmarkOpenAPIDocument/redirect", "ns/op"), 1e-3))}},
+	{bench, "3 apiservers renewing their Leases cause %s rebuilds per minute", []arg{d(bm("BenchmarkRenewalRebuilds", "rebuilds/min"))}},
+	{bench, "5000 forged Leases, all renewed and 50 re-held every round: the controller keeps %s MiB for them (their Lease objects, which an informer's cache holds, %s MiB), %s ms per round, %s rebuilds",
+		[]arg{fx(1, bm("BenchmarkLeaseChurn", "MiB-controller-5000-leases")), fx(1, bm("BenchmarkLeaseChurn", "MiB-lease-objects")),
+			sig2(scaled(bm("BenchmarkLeaseChurn", "ns/op"), 1e-6)), d(bm("BenchmarkLeaseChurn", "rebuilds/op"))}},
+	{bench, "10 000 distinct `Accept` headers on `/apis` keep %s MiB, %s us per request",
+		[]arg{fx(2, bm("BenchmarkDiscoveryDistinctAccept", "MiB-kept")), sig2(scaled(bm("BenchmarkDiscoveryDistinctAccept", "ns/request"), 1e-3))}},
+}
+
+// loadArgs are the gRPC round trip figures: p50 in us and p99 in ms, TCP then the unix socket, per rate.
+func loadArgs() []arg {
+	var args []arg
+	for _, rate := range []int{2000, 5000, 10000} {
+		for _, net := range []string{"tcp", "unix"} {
+			name := fmt.Sprintf("BenchmarkProcessLoad/rate=%d/%s", rate, net)
+			args = append(args, fx(0, bm(name, "p50-µs")), sig2(scaled(bm(name, "p99-µs"), 1e-3)))
+		}
+	}
+	return args
+}
