@@ -106,8 +106,8 @@ func TestGatewayAnswersEjectNobody(t *testing.T) {
 				got[code]++
 			}
 			t.Logf("%s answers GET %s directly: by status %v", a.Name, p, got)
-			if p == timeoutPath && got[http.StatusGatewayTimeout] != 30 {
-				t.Fatalf("%s: GET %s answered %v, want 504 every time", a.Name, p, got)
+			if p == timeoutPath && (got[http.StatusGatewayTimeout]+got[http.StatusInternalServerError] != 30 || got[http.StatusGatewayTimeout] == 0) {
+				t.Fatalf("%s: GET %s answered %v, want 504 (or now and then 500) every time", a.Name, p, got)
 			}
 		}
 	}
@@ -188,9 +188,9 @@ func TestGatewayAnswersEjectNobody(t *testing.T) {
 	})
 	// README: each of these requests got the apiserver's answer (503, 504, and for the racy list 504,
 	// 200, the apiserver's own 500, or a stream it reset), so the attack is the attack described.
-	if attackBy[brokenPath][http.StatusServiceUnavailable] != n || attackBy[timeoutPath][http.StatusGatewayTimeout] != n || unexpected.Load() != 0 {
-		t.Errorf("through the front the attack got %v (%d answers not the apiserver's own): want %d × 503 for %s, %d × 504 for %s, and for %s only 200, 504, an apiserver's 500 or a reset",
-			attackBy, unexpected.Load(), n, brokenPath, n, timeoutPath, racyPath)
+	if unexpected.Load() != 0 || attackBy[brokenPath][http.StatusServiceUnavailable] != n || attackBy[timeoutPath][http.StatusGatewayTimeout] == 0 {
+		t.Errorf("through the front the attack got %v (%d answers not the apiserver's own): want %d × 503 for %s, 504 (or the apiserver's 500) for %s, and for %s only 200, 504, the apiserver's 500 or a reset",
+			attackBy, unexpected.Load(), n, brokenPath, timeoutPath, racyPath)
 	}
 	if failed != 0 {
 		t.Errorf("the normal client beside the attack: %d of %d requests failed (%v), want none", failed, len(normal.out), normalBy)
@@ -201,30 +201,36 @@ func TestGatewayAnswersEjectNobody(t *testing.T) {
 }
 
 // attackAnswer tells whether code and body are what the apiserver answers the attack request path
-// (measured straight to each apiserver above): the broken group 503, the 1ns list 504, the 1ms list
-// 200, 504, the apiserver's own 500 (a metav1.Status failure; its storage call may run out of time), or,
-// for a response the apiserver aborted, the data plane's 503 for an upstream reset.
+// (measured straight to each apiserver above): the broken group 503; the 1ns list 504, or now and
+// then the apiserver's own 500 "context deadline exceeded" (its storage call ran out of time first;
+// measured: 1 of 100 through the front); the 1ms list 200, 504, that 500, or, for a response the
+// apiserver aborted, the data plane's 503 for an upstream reset.
 func attackAnswer(path string, code int, body string) bool {
 	switch path {
 	case brokenPath:
 		return code == http.StatusServiceUnavailable
 	case timeoutPath:
-		return code == http.StatusGatewayTimeout
-	}
-	// The apiserver's own error Status (its timeout filter's carries no kind: just its fields).
-	var st struct {
-		Status string `json:"status"`
-		Code   int    `json:"code"`
+		return code == http.StatusGatewayTimeout || code == http.StatusInternalServerError && apiserverFailure(body, code)
 	}
 	switch code {
 	case http.StatusOK, http.StatusGatewayTimeout:
 		return true
 	case http.StatusInternalServerError:
-		return json.Unmarshal([]byte(body), &st) == nil && st.Status == "Failure" && st.Code == code
+		return apiserverFailure(body, code)
 	case http.StatusServiceUnavailable:
 		return strings.Contains(body, "reset")
 	}
 	return false
+}
+
+// apiserverFailure tells an apiserver's own error Status with that code (its timeout filter's carries
+// no kind, only the fields).
+func apiserverFailure(body string, code int) bool {
+	var st struct {
+		Status string `json:"status"`
+		Code   int    `json:"code"`
+	}
+	return json.Unmarshal([]byte(body), &st) == nil && st.Status == "Failure" && st.Code == code
 }
 
 // frontCounting starts a front on tb whose data plane's log lines are logged and counted when their
