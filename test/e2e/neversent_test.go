@@ -11,7 +11,7 @@ import (
 	"sync"
 )
 
-// What a 503 on the wire was. The front answers 503 in three ways, and README tells them apart:
+// What a 503 on the wire was: one of these, told apart by body and header.
 //
 //   - neverSent: Envoy's own local reply for a request that provably never reached an apiserver
 //     (response flags UH, UF, NC), rewritten by the connection manager's local_reply_config into a
@@ -21,7 +21,8 @@ import (
 //     (UF; Envoy appends ",<transport failure reason>" when it has one). The detail values are
 //     ResponseCodeDetailValues in envoy/stream_info/stream_info.h (read at envoyproxy/envoy
 //     0034b6fd10, a main-branch copy: the search index holds no copy at a release tag), and the UF
-//     form is built in source/common/router/router.cc, Filter::onUpstreamReset (a stored main copy).
+//     form is built in source/common/router/router.cc, Filter::onUpstreamReset (read in a stored
+//     copy whose commit the search index does not name).
 //   - skewgate: skewgate's own decision (ext_proc's immediate response or the route table's
 //     direct response for an "unavailable" resource, or a cluster not yet in every Envoy): a
 //     metav1.Status too, with Retry-After: 1, whose message names the resource.
