@@ -167,7 +167,18 @@ func killNode(t *testing.T, tb *testbed.Testbed, dead, survivor *front.Node) map
 	if sharedAfter["200"] == 0 {
 		t.Error("kill node: no shared read after the kill: the phase proves nothing")
 	}
+	// README: the skewed API, served by the killed node's apiserver only, answers 503 once it is
+	// gone, never a 404 nor anything else.
+	skewedAfter, _ := count(calls, func(c call) bool { return !c.op.shared && !c.start.Before(exited) })
+	for k, v := range skewedAfter {
+		if k != "503" {
+			t.Errorf("kill node: %d requests for the skewed API started after the kill got %s through node %s's front, want 503", v, k, survivor.Name)
+		}
+	}
+	if skewedAfter["503"] == 0 {
+		t.Error("kill node: no request for the skewed API after the kill: the phase proves nothing")
+	}
 	mustKubectl(t, survivor.Kubeconfig(testbed.AdminByToken), "get", "ns")
 	return map[string]any{"requests": len(calls), "by_outcome": all, "by_op": byOp, "shared_in_flight_at_kill": inFlight,
-		"shared_started_after_kill": sharedAfter, "started_after_kill_by_op": afterByOp, "kill_to_exit_ms": ms(exited.Sub(killed))}
+		"shared_started_after_kill": sharedAfter, "skewed_started_after_kill": skewedAfter, "started_after_kill_by_op": afterByOp, "kill_to_exit_ms": ms(exited.Sub(killed))}
 }

@@ -101,40 +101,6 @@ func (r *recorder) summary() (byCode map[int]int, notFound []outcome, failWindow
 	return byCode, notFound, failWindow
 }
 
-// statusCounts counts every HTTP exchange client-go makes by status (0: transport error), retries
-// included: client-go retries a 503 with Retry-After itself, so a caller never sees those.
-type statusCounts struct {
-	mu     sync.Mutex
-	byCode map[int]int
-}
-
-func (s *statusCounts) wrap(rt http.RoundTripper) http.RoundTripper {
-	return roundTripFunc(func(r *http.Request) (*http.Response, error) {
-		resp, err := rt.RoundTrip(r)
-		code := 0
-		if err == nil {
-			code = resp.StatusCode
-		}
-		s.mu.Lock()
-		if s.byCode == nil {
-			s.byCode = map[int]int{}
-		}
-		s.byCode[code]++
-		s.mu.Unlock()
-		return resp, err
-	})
-}
-
-func (s *statusCounts) snapshot() map[int]int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return maps.Clone(s.byCode)
-}
-
-type roundTripFunc func(*http.Request) (*http.Response, error)
-
-func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
-
 // byStatus formats counts by status in ascending order of status.
 func byStatus(m map[int]int) string {
 	out := ""
@@ -173,7 +139,13 @@ func (r *recorder) logDistinctErrors(t *testing.T) {
 // TestScenarioRollingUpgrade is scenario 4: reads and writes through the front while old is upgraded
 // in place to v1.36.3 and new is restarted. Every call the clients make succeeds (client-go retries
 // the front's 503s with Retry-After itself: those are counted separately, on the wire), no answer
-// is a 404, no acknowledged write is lost.
+// is a 404, no acknowledged write is lost. README states more: the only other answers on the wire
+// were 503s with Retry-After: 1 for requests no apiserver ran, which client-go retried. Every
+// exchange is therefore 200, 201 or such a 503, each checked by its body and header: Envoy's own
+// local reply for a request it never sent (a metav1.Status carrying Envoy's response code details
+// of UH, UF or NC), or an apiserver's own refusal while it shuts down ("apiserver is shutting
+// down", answered before any handler ran). A 503 of skewgate's (a resource no ready apiserver
+// serves) or any other fails the test.
 func TestScenarioRollingUpgrade(t *testing.T) {
 	e := setup(t)
 	var onWire statusCounts
@@ -252,7 +224,7 @@ func TestScenarioRollingUpgrade(t *testing.T) {
 	wg.Wait()
 
 	byCode, notFound, window := rec.summary()
-	exchanges := onWire.snapshot()
+	exchanges, replies := onWire.snapshot()
 	t.Logf("rolling upgrade through the front (%s): %d calls, outcomes by status %s (0 = transport error); on the wire %s; non-2xx window %v",
 		e.f.DataPlane, len(rec.out), byStatus(byCode), byStatus(exchanges), window.Round(time.Millisecond))
 	for _, o := range notFound {
@@ -265,6 +237,20 @@ func TestScenarioRollingUpgrade(t *testing.T) {
 	}
 	if n := exchanges[http.StatusNotFound]; n != 0 {
 		t.Errorf("%d answers on the wire were 404", n)
+	}
+	for code, n := range exchanges {
+		if code != http.StatusOK && code != http.StatusCreated && code != http.StatusServiceUnavailable {
+			t.Errorf("%d HTTP exchanges ended with status %d (0 = transport error), want only 200, 201 and Envoy's own 503s", n, code)
+		}
+	}
+	byKind := map[string]int{}
+	for _, r := range replies {
+		byKind[r.Kind]++
+		t.Logf("503 on the wire: %s: %s (reason %q, Retry-After %q): %s", r.Op, r.Kind, r.Reason, r.RetryAfter, r.Message)
+		if r.Kind != neverSentKind && r.Kind != shuttingDownKind || r.RetryAfter != "1" {
+			t.Errorf("a 503 on the wire (%s) was %s with Retry-After %q: %s; want Retry-After: 1 and Envoy's own reply for a request it never sent or an apiserver's refusal while shutting down",
+				r.Op, r.Kind, r.RetryAfter, r.Message)
+		}
 	}
 	rec.logDistinctErrors(t)
 
@@ -290,6 +276,8 @@ func TestScenarioRollingUpgrade(t *testing.T) {
 		"calls":                       len(rec.out),
 		"calls_by_status":             byCode,
 		"http_exchanges_by_status":    exchanges,
+		"http_503_by_kind":            byKind,
+		"http_503":                    replies,
 		"non_2xx_window_ms":           window.Milliseconds(),
 		"acknowledged_configmaps":     len(ackedCM),
 		"acknowledged_" + mapResource: len(ackedMAP),
