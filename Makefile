@@ -37,8 +37,13 @@ vet:
 testbed-bins:
 	hack/testbed-bins.sh $(TESTBED_DIR) $(ETCD_VERSION) $(APISERVER_VERSIONS)
 
+# The skewgate binary the end-to-end tests run as a process (test/front), built as the tests are
+# (-race); without SKEWGATE_BIN each test process builds its own.
+SKEWGATE_TEST_BIN := $(abspath $(TESTBED_DIR)/skewgate-race)
+
 test: testbed-bins vet
-	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+	$(GO) build -race -buildvcs=false -o $(SKEWGATE_TEST_BIN) ./cmd/skewgate
+	SKEWGATE_BIN=$(SKEWGATE_TEST_BIN) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 	$(MAKE) fuzz
 
 # A bounded fuzz run of the classifier against the apiserver's own RequestInfoFactory, of the
