@@ -77,8 +77,8 @@ clean:
 # The demo: a v1.35 + v1.36 control plane, skewgate and a data plane in front of it (Envoy when
 # ENVOY_BIN is set, else the test data plane), then the four commands that show the difference.
 .PHONY: demo demo-down
-demo: testbed-bins $(TESTBED_DIR)/testbed
-	$(TESTBED_DIR)/testbed up --detach --front --dir $(TESTBED_DIR)/run
+demo: testbed-bins build $(TESTBED_DIR)/testbed
+	SKEWGATE_BIN=$(abspath bin/skewgate) $(TESTBED_DIR)/testbed up --detach --front --dir $(TESTBED_DIR)/run
 	@kc=$(TESTBED_DIR)/run/admin-token.kubeconfig; fkc=$(TESTBED_DIR)/run/front/front-admin-token.kubeconfig; \
 	echo; echo "== 1. the v1.35 apiserver alone: a wrong 404 for a resource the cluster serves"; \
 	kubectl --kubeconfig $$kc --context old get mutatingadmissionpolicies || true; \
