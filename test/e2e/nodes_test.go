@@ -29,7 +29,7 @@ func newNodes(t *testing.T, tb *testbed.Testbed, informerSwitch bool, names ...s
 	t.Helper()
 	var nodes []*front.Node
 	for i, name := range names {
-		n, err := front.NewNode(tb, front.NodeOptions{Dir: t.TempDir(), Apiserver: name, Host: 10 + i,
+		n, err := front.NewNode(tb, front.NodeOptions{Dir: t.TempDir(), Errorf: t.Errorf, Apiserver: name, Host: 10 + i,
 			InformerSwitch: informerSwitch, Logger: zaptest.NewLogger(t).Named("skewgate"), Logf: t.Logf})
 		if err != nil {
 			t.Fatal(err)

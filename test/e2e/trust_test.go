@@ -39,7 +39,7 @@ func trustFront(t *testing.T, cfg testbed.Config) (*testbed.Testbed, *front.Fron
 	tb := testbed.StartT(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	f, err := front.Start(ctx, tb, front.Options{Dir: t.TempDir(), Logger: zaptest.NewLogger(t).Named("skewgate"), Logf: t.Logf})
+	f, err := front.Start(ctx, tb, front.Options{Dir: t.TempDir(), Errorf: t.Errorf, Logger: zaptest.NewLogger(t).Named("skewgate"), Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}

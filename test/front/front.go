@@ -49,6 +49,9 @@ type Options struct {
 	Logger *zap.Logger
 	// Logf receives skewgate's log lines and what the front does.
 	Logf func(string, ...any)
+	// Errorf receives what skewgate ended with when Close stopped it, unless it exited 0 (a
+	// race-enabled skewgate that found a data race exits 66): t.Errorf [Logf].
+	Errorf func(string, ...any)
 }
 
 // Front is a running skewgate front.
@@ -66,7 +69,7 @@ type Front struct {
 	ExtProc, XDS *Switch
 	tb           *testbed.Testbed
 	dir          string
-	logf         func(string, ...any)
+	errorf       func(string, ...any)
 	closers      []func()
 }
 
@@ -100,6 +103,9 @@ func Start(ctx context.Context, tb *testbed.Testbed, o Options) (*Front, error) 
 	}
 	if o.Logf == nil {
 		o.Logf = func(string, ...any) {}
+	}
+	if o.Errorf == nil {
+		o.Errorf = o.Logf
 	}
 	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
 		return nil, err
@@ -143,7 +149,7 @@ func Start(ctx context.Context, tb *testbed.Testbed, o Options) (*Front, error) 
 		"--envoy-upstream-ca-file="+tb.PKI.CA.Cert, "--front-proxy-cert-file="+tb.PKI.FrontProxyClient.Cert,
 		"--front-proxy-key-file="+tb.PKI.FrontProxyClient.Key, "--health-check-interval="+o.ProbeInterval.String())
 	f := &Front{URL: "https://" + net.JoinHostPort(ip.String(), strconv.Itoa(Port)), Address: net.JoinHostPort(ip.String(), strconv.Itoa(Port)),
-		tb: tb, dir: o.Dir, ServingCert: serving, logf: o.Logf}
+		tb: tb, dir: o.Dir, ServingCert: serving, errorf: o.Errorf}
 	if sockDir != o.Dir {
 		f.closers = append(f.closers, func() { os.RemoveAll(sockDir) })
 	}
@@ -166,7 +172,7 @@ func Start(ctx context.Context, tb *testbed.Testbed, o Options) (*Front, error) 
 	}
 	f.closers = append(f.closers, func() {
 		if err := f.Server.Stop(); err != nil {
-			f.logf("%v", err)
+			f.errorf("%v", err)
 		}
 	})
 	xdsAddr := xdsSock
@@ -313,7 +319,8 @@ func (f *Front) startEnvoy(bin, xdsAddr string, o Options) error {
 	return nil
 }
 
-// Close stops the data plane, the control and skewgate (by SIGTERM; what it ended with is logged).
+// Close stops the data plane, the control and skewgate (by SIGTERM; an unclean end goes to
+// Options.Errorf).
 func (f *Front) Close() {
 	for i := len(f.closers) - 1; i >= 0; i-- {
 		f.closers[i]()

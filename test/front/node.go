@@ -43,6 +43,9 @@ type NodeOptions struct {
 	Logger *zap.Logger
 	// Logf receives skewgate's log lines, and what the node does.
 	Logf func(string, ...any)
+	// Errorf receives what skewgate ended with when Close stopped it, unless it exited 0 (a
+	// race-enabled skewgate that found a data race exits 66): t.Errorf [Logf].
+	Errorf func(string, ...any)
 }
 
 // Node is one control-plane node of the co-located deployment: one skewgate and one data plane
@@ -93,6 +96,9 @@ func NewNode(tb *testbed.Testbed, o NodeOptions) (*Node, error) {
 	}
 	if o.Logf == nil {
 		o.Logf = func(string, ...any) {}
+	}
+	if o.Errorf == nil {
+		o.Errorf = o.Logf
 	}
 	a, ok := tb.Apiserver(o.Apiserver)
 	if !ok {
@@ -315,7 +321,9 @@ func (n *Node) Kubeconfig(c testbed.Credential) string {
 // Close stops the data plane, skewgate and the informer switch.
 func (n *Node) Close() {
 	n.StopDataPlane()
-	_ = n.StopSkewgate()
+	if err := n.StopSkewgate(); err != nil {
+		n.o.Errorf("%v", err)
+	}
 	if n.Informers != nil {
 		n.Informers.Close()
 	}
