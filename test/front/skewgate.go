@@ -2,6 +2,7 @@ package front
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -175,6 +176,20 @@ func (s *Skewgate) Ready() bool {
 	}
 	resp.Body.Close()
 	return resp.StatusCode == http.StatusOK
+}
+
+// WaitReady polls /readyz until it answers 200; it fails when ctx ends or the process exits first.
+func (s *Skewgate) WaitReady(ctx context.Context) error {
+	for !s.Ready() {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("front: skewgate of %s has no Topology: %w", s.name, ctx.Err())
+		case <-s.exited:
+			return fmt.Errorf("front: skewgate of %s exited (%v) before it had a Topology; its last lines:\n%s", s.name, s.waitErr, s.tail)
+		case <-time.After(20 * time.Millisecond): // polling /readyz: skewgate announces nothing
+		}
+	}
+	return nil
 }
 
 // Topology is the document skewgate serves on /topology.

@@ -1,11 +1,13 @@
 package front
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // processArgs are the flags of a skewgate whose apiserver does not exist: it serves its listeners
@@ -55,6 +57,11 @@ func TestSkewgateProcess(t *testing.T) {
 	}
 	if first.Ready() || first.Discovery.Current() != nil {
 		t.Error("ready with a Topology, with no apiserver to learn one from")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := first.WaitReady(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("WaitReady without a Topology: %v, want the deadline", err)
 	}
 	families, err := first.Registry.Gather()
 	if err != nil {
