@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -25,8 +26,8 @@ import (
 // grpc-go's backoff after the time skewgate was away; the new process publishes its first Topology
 // within discovery's initial timeout.
 const (
-	// metricPoll covers the test's own polling of the new process's /metrics (every 10 ms, one
-	// scrape each) that notices the data plane is back.
+	// metricPoll covers the test's own polling of the new process (a scrape of /metrics and a GET of
+	// /readyz, then 10 ms) that notices the data plane is back.
 	metricPoll = 100 * time.Millisecond
 )
 
@@ -69,18 +70,24 @@ func killSkewgate(ctx context.Context, t *testing.T, tb *testbed.Testbed, n *fro
 	sg := n.Skewgate()
 	var dpBack, extProcBack, topology, acked time.Time
 	for (dpBack.IsZero() || extProcBack.IsZero() || topology.IsZero() || acked.IsZero()) && ctx.Err() == nil {
-		now := time.Now()
-		if dpBack.IsZero() && metricSum(t, sg.Registry, "skewgate_xds_streams", "") > 0 {
+		// One scrape for the three metrics; each time is when the scrape answered (the event came
+		// before it).
+		families, err := sg.Registry.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		now, snap := time.Now(), scraped(families)
+		if dpBack.IsZero() && metricSum(t, snap, "skewgate_xds_streams", "") > 0 {
 			dpBack = now
 		}
-		if extProcBack.IsZero() && metricSum(t, sg.Registry, "skewgate_extproc_decisions_total", "") > 0 {
+		if extProcBack.IsZero() && metricSum(t, snap, "skewgate_extproc_decisions_total", "") > 0 {
 			extProcBack = now
 		}
-		if topology.IsZero() && sg.Ready() {
-			topology = now
-		}
-		if acked.IsZero() && metricSum(t, sg.Registry, "skewgate_xds_acks_total", "") > 0 {
+		if acked.IsZero() && metricSum(t, snap, "skewgate_xds_acks_total", "") > 0 {
 			acked = now
+		}
+		if topology.IsZero() && sg.Ready() {
+			topology = time.Now()
 		}
 		time.Sleep(10 * time.Millisecond) // polling the new process (no event to wait on)
 	}
@@ -138,6 +145,11 @@ func killSkewgate(ctx context.Context, t *testing.T, tb *testbed.Testbed, n *fro
 		"reconnect_bound_ms": ms(reconnectBound(away)), "listening_to_first_topology_ms": ms(topology.Sub(serving)),
 		"listening_to_first_ack_ms": ms(acked.Sub(serving)), "first_topology_bound_ms": ms(discoveryInitialTimeout + nodeProbeInterval)}
 }
+
+// scraped is one scrape of a skewgate's /metrics, read as a Gatherer.
+type scraped []*dto.MetricFamily
+
+func (s scraped) Gather() ([]*dto.MetricFamily, error) { return s, nil }
 
 // writes is a client creating configmaps and (the skewed API) policies through a front, with a
 // plain HTTP client: no retry hides what the front answers.
