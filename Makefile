@@ -39,9 +39,10 @@ testbed-bins:
 
 # Every step timed (hack/maketest.sh); SKEWGATE_MAKETEST_RESULT=$PWD/bench/results/maketest.json
 # records the run there (wall time per step, cores, commit, cold or warm caches, verdict): README's
-# make test time comes from that file.
+# make test time comes from that file. The end-to-end tests run skewgate as a process (test/front):
+# the script builds it once, as the tests are built (-race), into $(TESTBED_DIR)/skewgate-race.
 test:
-	hack/maketest.sh "$(MAKE)" "$(GO)" "$(TEST_TIMEOUT)"
+	SKEWGATE_TEST_BIN=$(abspath $(TESTBED_DIR)/skewgate-race) hack/maketest.sh "$(MAKE)" "$(GO)" "$(TEST_TIMEOUT)"
 
 # A bounded fuzz run of the classifier against the apiserver's own RequestInfoFactory, of the
 # route table against ext_proc's decisions, of ext_proc's OpenAPI key against kube-openapi's reading
@@ -74,8 +75,8 @@ clean:
 # The demo: a v1.35 + v1.36 control plane, skewgate and a data plane in front of it (Envoy when
 # ENVOY_BIN is set, else the test data plane), then the four commands that show the difference.
 .PHONY: demo demo-down
-demo: testbed-bins $(TESTBED_DIR)/testbed
-	$(TESTBED_DIR)/testbed up --detach --front --dir $(TESTBED_DIR)/run
+demo: testbed-bins build $(TESTBED_DIR)/testbed
+	SKEWGATE_BIN=$(abspath bin/skewgate) $(TESTBED_DIR)/testbed up --detach --front --dir $(TESTBED_DIR)/run
 	@kc=$(TESTBED_DIR)/run/admin-token.kubeconfig; fkc=$(TESTBED_DIR)/run/front/front-admin-token.kubeconfig; \
 	echo; echo "== 1. the v1.35 apiserver alone: a wrong 404 for a resource the cluster serves"; \
 	kubectl --kubeconfig $$kc --context old get mutatingadmissionpolicies || true; \

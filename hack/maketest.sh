@@ -6,6 +6,8 @@
 # there before (cold or warm), and the verdict. Usage: hack/maketest.sh <make> <go> <timeout>
 set -euo pipefail
 make=$1 go=$2 timeout=$3
+: "${SKEWGATE_TEST_BIN:?the skewgate binary the end-to-end tests run (the Makefile sets it)}"
+export SKEWGATE_BIN=$SKEWGATE_TEST_BIN
 out=${SKEWGATE_MAKETEST_RESULT:-}
 
 cd "$(dirname "$0")/.."
@@ -45,7 +47,7 @@ record() {
   "testbed_binaries_before": "$binaries",
   "go_build_cache_before": "$cache",
   "wall_seconds": $((SECONDS - begin)),
-  "step_seconds": {"testbed_bins": ${secs[testbed_bins]:-0}, "vet": ${secs[vet]:-0}, "tests": ${secs[tests]:-0}, "evidence": ${secs[evidence]:-0}, "fuzz": ${secs[fuzz]:-0}}
+  "step_seconds": {"testbed_bins": ${secs[testbed_bins]:-0}, "vet": ${secs[vet]:-0}, "build": ${secs[build]:-0}, "tests": ${secs[tests]:-0}, "evidence": ${secs[evidence]:-0}, "fuzz": ${secs[fuzz]:-0}}
 }
 JSON
 	echo "make test: recorded in $out"
@@ -58,6 +60,7 @@ rc=0 evidence=false
 {
 	step testbed_bins "$make" testbed-bins &&
 	step vet "$make" vet &&
+	step build "$go" build -race -buildvcs=false -o "$SKEWGATE_TEST_BIN" ./cmd/skewgate &&
 	step tests "$go" test -race -count=1 -timeout "$timeout" $("$go" list ./... | grep -v '/test/evidence$') &&
 	step fuzz "$make" fuzz
 } || rc=$?

@@ -32,7 +32,7 @@ func TestConnectionFloodRefused(t *testing.T) {
 	tb := testbed.StartT(t, testbed.Config{Apiservers: testbed.DefaultApiservers()[:1]})
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	f, err := front.Start(ctx, tb, front.Options{Dir: t.TempDir(), MaxConnections: floodLimit,
+	f, err := front.Start(ctx, tb, front.Options{Dir: t.TempDir(), Errorf: t.Errorf, MaxConnections: floodLimit,
 		Logger: zaptest.NewLogger(t).Named("skewgate"), Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)

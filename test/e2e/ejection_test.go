@@ -246,7 +246,7 @@ func frontCounting(t *testing.T, tb *testbed.Testbed, line string) (*front.Front
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	f, err := front.Start(ctx, tb, front.Options{Dir: t.TempDir(), Logger: zaptest.NewLogger(t).Named("skewgate"), Logf: logf})
+	f, err := front.Start(ctx, tb, front.Options{Dir: t.TempDir(), Errorf: t.Errorf, Logger: zaptest.NewLogger(t).Named("skewgate"), Logf: logf})
 	if err != nil {
 		t.Fatal(err)
 	}

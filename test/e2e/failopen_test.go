@@ -30,7 +30,7 @@ func TestFailOpenKeepsSkewedRoutes(t *testing.T) {
 	tb := testbed.StartT(t, testbed.Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	f, err := front.Start(ctx, tb, front.Options{Dir: t.TempDir(), Host: 7, Switches: true,
+	f, err := front.Start(ctx, tb, front.Options{Dir: t.TempDir(), Errorf: t.Errorf, Host: 7, Switches: true,
 		Logger: zaptest.NewLogger(t).Named("skewgate"), Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)

@@ -34,7 +34,7 @@ func setup(t *testing.T) *env {
 	tb := testbed.StartT(t, testbed.Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	f, err := front.Start(ctx, tb, front.Options{Dir: t.TempDir(), Logger: zaptest.NewLogger(t).Named("skewgate"), Logf: t.Logf})
+	f, err := front.Start(ctx, tb, front.Options{Dir: t.TempDir(), Errorf: t.Errorf, Logger: zaptest.NewLogger(t).Named("skewgate"), Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,7 +29,7 @@ func newNodes(t *testing.T, tb *testbed.Testbed, informerSwitch bool, names ...s
 	t.Helper()
 	var nodes []*front.Node
 	for i, name := range names {
-		n, err := front.NewNode(tb, front.NodeOptions{Dir: t.TempDir(), Apiserver: name, Host: 10 + i,
+		n, err := front.NewNode(tb, front.NodeOptions{Dir: t.TempDir(), Errorf: t.Errorf, Apiserver: name, Host: 10 + i,
 			InformerSwitch: informerSwitch, Logger: zaptest.NewLogger(t).Named("skewgate"), Logf: t.Logf})
 		if err != nil {
 			t.Fatal(err)
@@ -95,7 +95,7 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()/100) / 10 }
 
 // metricSum is the sum of the series of the named counter or gauge in reg that have a label with
 // the value label (every series when label is ""); 0 if there is none.
-func metricSum(t *testing.T, reg *prometheus.Registry, name, label string) float64 {
+func metricSum(t *testing.T, reg prometheus.Gatherer, name, label string) float64 {
 	t.Helper()
 	families, err := reg.Gather()
 	if err != nil {

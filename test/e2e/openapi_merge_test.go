@@ -38,7 +38,7 @@ func TestScenarioOpenAPIMerged(t *testing.T) {
 	}})
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	f, err := front.Start(ctx, tb, front.Options{Dir: t.TempDir(), Logger: zaptest.NewLogger(t).Named("skewgate"), Logf: t.Logf})
+	f, err := front.Start(ctx, tb, front.Options{Dir: t.TempDir(), Errorf: t.Errorf, Logger: zaptest.NewLogger(t).Named("skewgate"), Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}

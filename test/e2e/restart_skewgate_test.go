@@ -119,7 +119,7 @@ func restartSkewgate(ctx context.Context, t *testing.T, tb *testbed.Testbed, n *
 }
 
 // waitMetric polls until metricSum(reg, name, label) > 0.
-func waitMetric(ctx context.Context, t *testing.T, reg *prometheus.Registry, name, label string) {
+func waitMetric(ctx context.Context, t *testing.T, reg prometheus.Gatherer, name, label string) {
 	t.Helper()
 	for metricSum(t, reg, name, label) == 0 {
 		if ctx.Err() != nil {

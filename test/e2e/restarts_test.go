@@ -25,7 +25,9 @@ var restartTrafficOps = []trafficOp{
 
 // TestColdStartRestarts restarts the parts of a co-located node while clients use its front: (a)
 // skewgate of node old restarts while its data plane serves: the data plane keeps its last config
-// and ext_proc fails open to the route table, so clients see nothing but 200; (b) the data plane of
+// and ext_proc fails open to the route table, so clients see nothing but 200; (a') the same
+// skewgate SIGKILLed while clients read, write and watch through the front (killSkewgate): every
+// request answered as before, no acknowledged write lost, the watch kept; (b) the data plane of
 // node old restarts while skewgate runs: clients see refused connections while it is down (counted
 // apart), and 200 again once it serves; (c) node new dies (apiserver SIGKILLed, its skewgate and
 // data plane stopped) while clients use node old's front: every shared read that started after the
@@ -55,6 +57,7 @@ func TestColdStartRestarts(t *testing.T) {
 	figures := map[string]any{}
 
 	t.Run("skewgate", func(t *testing.T) { figures["restart_skewgate"] = restartSkewgate(ctx, t, tb, old) })
+	t.Run("sigkill skewgate", func(t *testing.T) { figures["sigkill_skewgate"] = killSkewgate(ctx, t, tb, old) })
 	t.Run("dataplane", func(t *testing.T) { figures["restart_data_plane"] = restartDataPlane(ctx, t, tb, old) })
 	t.Run("kill node", func(t *testing.T) { figures["kill_node"] = killNode(t, tb, nw, old) })
 	writeResults(t, &env{tb: tb, f: &front.Front{DataPlane: nodesDataPlane()}}, figures)

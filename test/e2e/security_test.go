@@ -38,7 +38,7 @@ func TestSecuritySpoofedHeaders(t *testing.T) {
 	e := setup(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	down, err := front.Start(ctx, e.tb, front.Options{Dir: t.TempDir(), Host: 5, ExtProcDown: true, Logger: zaptest.NewLogger(t).Named("skewgate-extproc-down"), Logf: t.Logf})
+	down, err := front.Start(ctx, e.tb, front.Options{Dir: t.TempDir(), Errorf: t.Errorf, Host: 5, ExtProcDown: true, Logger: zaptest.NewLogger(t).Named("skewgate-extproc-down"), Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}

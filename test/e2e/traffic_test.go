@@ -21,6 +21,16 @@ type trafficOp struct {
 	name, path string
 	// shared: every apiserver serves it; a front with any apiserver up must answer it 200.
 	shared bool
+	// method is GET unless set (POST: a create, answered 201).
+	method string
+}
+
+// want is the status a successful op gets.
+func (o trafficOp) want() int {
+	if o.method == http.MethodPost {
+		return http.StatusCreated
+	}
+	return http.StatusOK
 }
 
 // call is one request's outcome: code 0 is a transport error (refused tells "connection refused").

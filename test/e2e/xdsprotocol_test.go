@@ -59,7 +59,7 @@ func TestDataPlaneStartsOverSotWAndDelta(t *testing.T) {
 	for i, p := range []dataplane.Protocol{dataplane.SotW, dataplane.Delta} {
 		t.Run(string(p), func(t *testing.T) {
 			probe := 200 * time.Millisecond
-			n, err := front.NewNode(tb, front.NodeOptions{Dir: t.TempDir(), Apiserver: "old", Host: 20 + i, ProbeInterval: probe,
+			n, err := front.NewNode(tb, front.NodeOptions{Dir: t.TempDir(), Errorf: t.Errorf, Apiserver: "old", Host: 20 + i, ProbeInterval: probe,
 				XDSProtocol: p, Logger: zaptest.NewLogger(t).Named("skewgate"), Logf: t.Logf})
 			if err != nil {
 				t.Fatal(err)

@@ -1,5 +1,5 @@
 // Package front runs a complete skewgate front on a testbed for the end-to-end tests and the demo:
-// skewgate's control plane in-process, and as data plane a real Envoy when ENVOY_BIN is set or the
+// skewgate as a process of its own (the built `skewgate serve`, Skewgate), and as data plane a real Envoy when ENVOY_BIN is set or the
 // test data plane (test/dataplane) otherwise. It also runs the control: a plain round-robin TCP
 // load balancer over the same apiservers, as an HA control plane without skewgate has.
 package front
@@ -18,7 +18,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/skewgate/skewgate/internal/app"
 	"github.com/skewgate/skewgate/test/dataplane"
 	"github.com/skewgate/skewgate/test/testbed"
 	"github.com/skewgate/skewgate/xds"
@@ -46,8 +45,13 @@ type Options struct {
 	Switches bool
 	// MaxConnections is the bootstrap's downstream connection limit [xds default, 50 000].
 	MaxConnections int
-	Logger         *zap.Logger
-	Logf           func(string, ...any)
+	// Logger is not used: skewgate runs as a process of its own, its log lines go to Logf.
+	Logger *zap.Logger
+	// Logf receives skewgate's log lines and what the front does.
+	Logf func(string, ...any)
+	// Errorf receives what skewgate ended with when Close stopped it, unless it exited 0 (a
+	// race-enabled skewgate that found a data race exits 66): t.Errorf [Logf].
+	Errorf func(string, ...any)
 }
 
 // Front is a running skewgate front.
@@ -59,13 +63,13 @@ type Front struct {
 	DataPlane string
 	// ServingCert is the front's certificate; Envoy watches the files (SDS with file paths).
 	ServingCert testbed.CertPair
-	Server      *app.Server
+	// Server is the skewgate process (the built `skewgate serve`, see Skewgate).
+	Server *Skewgate
 	// ExtProc and XDS are set with Options.Switches.
 	ExtProc, XDS *Switch
 	tb           *testbed.Testbed
 	dir          string
-	cancel       context.CancelFunc
-	done         <-chan error
+	errorf       func(string, ...any)
 	closers      []func()
 }
 
@@ -100,6 +104,9 @@ func Start(ctx context.Context, tb *testbed.Testbed, o Options) (*Front, error) 
 	if o.Logf == nil {
 		o.Logf = func(string, ...any) {}
 	}
+	if o.Errorf == nil {
+		o.Errorf = o.Logf
+	}
 	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -121,57 +128,56 @@ func Start(ctx context.Context, tb *testbed.Testbed, o Options) (*Front, error) 
 		return nil, err
 	}
 
-	opts := app.NewOptions()
-	opts.Kubeconfig = kc
-	opts.UpstreamCAFile = tb.PKI.CA.Cert
-	for _, a := range servers {
-		opts.StaticUpstreams = append(opts.StaticUpstreams, a.Name+"="+a.Address())
+	// skewgate's gRPC listeners are unix sockets, as a deployment's: in Dir, or in a shorter
+	// directory of the front's own when Dir is too long for a socket path.
+	sockDir := o.Dir
+	if len(filepath.Join(sockDir, "extproc.sock")) > 107 {
+		if sockDir, err = os.MkdirTemp("", "front-"); err != nil {
+			return nil, err
+		}
 	}
+	xdsSock, extProcSock := "unix://"+filepath.Join(sockDir, "xds.sock"), "unix://"+filepath.Join(sockDir, "extproc.sock")
 	subnet := netip.PrefixFrom(netip.MustParseAddr(servers[0].IP.String()), 24).Masked()
-	opts.AllowedCIDRs = []string{subnet.String()}
-	opts.ProbeInterval = o.ProbeInterval
-	opts.Envoy = xds.Options{
-		ListenAddress: ip.String(), ListenPort: Port,
-		ServingCertFile: serving.Cert, ServingKeyFile: serving.Key, ClientCAFile: tb.PKI.CA.Cert,
-		UpstreamCAFile: tb.PKI.CA.Cert, FrontProxyCertFile: tb.PKI.FrontProxyClient.Cert, FrontProxyKeyFile: tb.PKI.FrontProxyClient.Key,
-		HealthCheckInterval: o.ProbeInterval,
+	args := []string{"--kubeconfig=" + kc, "--upstream-ca-file=" + tb.PKI.CA.Cert}
+	for _, a := range servers {
+		args = append(args, "--static-upstream="+a.Name+"="+a.Address())
 	}
-	if o.ExtProcDown {
-		opts.Envoy.ExtProcAddress = "unix://" + filepath.Join(o.Dir, "no-extproc-here.sock")
+	args = append(args, "--allowed-cidr="+subnet.String(), "--probe-interval="+o.ProbeInterval.String(),
+		"--xds-listen="+xdsSock, "--extproc-listen="+extProcSock, "--http-listen=127.0.0.1:0",
+		"--front-address="+ip.String(), "--front-port="+strconv.Itoa(Port),
+		"--front-cert-file="+serving.Cert, "--front-key-file="+serving.Key, "--front-client-ca-file="+tb.PKI.CA.Cert,
+		"--envoy-upstream-ca-file="+tb.PKI.CA.Cert, "--front-proxy-cert-file="+tb.PKI.FrontProxyClient.Cert,
+		"--front-proxy-key-file="+tb.PKI.FrontProxyClient.Key, "--health-check-interval="+o.ProbeInterval.String())
+	f := &Front{URL: "https://" + net.JoinHostPort(ip.String(), strconv.Itoa(Port)), Address: net.JoinHostPort(ip.String(), strconv.Itoa(Port)),
+		tb: tb, dir: o.Dir, ServingCert: serving, errorf: o.Errorf}
+	if sockDir != o.Dir {
+		f.closers = append(f.closers, func() { os.RemoveAll(sockDir) })
 	}
-	var lis app.Listeners
-	for _, l := range []*net.Listener{&lis.XDS, &lis.ExtProc, &lis.HTTP} {
-		if *l, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+	switch {
+	case o.ExtProcDown:
+		args = append(args, "--envoy-extproc-address=unix://"+filepath.Join(sockDir, "no-extproc-here.sock"))
+	case o.Switches:
+		// The data plane reaches ext_proc over loopback TCP through the Switch, which skewgate has to
+		// be told is allowed.
+		if f.ExtProc, err = NewSwitch(extProcSock); err != nil {
+			f.Close()
 			return nil, err
 		}
+		f.closers = append(f.closers, f.ExtProc.Close)
+		args = append(args, "--envoy-extproc-address="+f.ExtProc.Addr, "--grpc-plaintext-loopback")
 	}
-	opts.XDSListen, opts.ExtProcListen, opts.HTTPListen = lis.XDS.Addr().String(), lis.ExtProc.Addr().String(), lis.HTTP.Addr().String()
-	// The data plane reaches skewgate over loopback TCP, through the Switches when asked.
-	opts.GRPCPlaintextLoopback = true
-	var extSwitch *Switch
-	if o.Switches && !o.ExtProcDown {
-		if extSwitch, err = NewSwitch(opts.ExtProcListen); err != nil {
-			return nil, err
-		}
-		opts.Envoy.ExtProcAddress = extSwitch.Addr
-	}
-	opts.Complete()
-	if errs := opts.Validate(); len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	rctx, cancel := context.WithCancel(context.Background())
-	srv, done, err := app.Start(rctx, opts, lis, o.Logger)
-	if err != nil {
-		cancel()
+	if f.Server, err = startSkewgate("front "+f.URL, filepath.Join(o.Dir, "skewgate.log"), args, o.Logf); err != nil {
+		f.Close()
 		return nil, err
 	}
-	f := &Front{URL: "https://" + net.JoinHostPort(ip.String(), strconv.Itoa(Port)), Address: net.JoinHostPort(ip.String(), strconv.Itoa(Port)),
-		Server: srv, tb: tb, dir: o.Dir, cancel: cancel, done: done, ServingCert: serving}
-	xdsAddr := srv.XDSAddr
-	if extSwitch != nil {
-		f.ExtProc = extSwitch
-		f.closers = append(f.closers, extSwitch.Close)
-		if f.XDS, err = NewSwitch(srv.XDSAddr); err != nil {
+	f.closers = append(f.closers, func() {
+		if err := f.Server.Stop(); err != nil {
+			f.errorf("%v", err)
+		}
+	})
+	xdsAddr := xdsSock
+	if o.Switches && !o.ExtProcDown {
+		if f.XDS, err = NewSwitch(xdsSock); err != nil {
 			f.Close()
 			return nil, err
 		}
@@ -313,11 +319,10 @@ func (f *Front) startEnvoy(bin, xdsAddr string, o Options) error {
 	return nil
 }
 
-// Close stops the data plane, the control and skewgate.
+// Close stops the data plane, the control and skewgate (by SIGTERM; an unclean end goes to
+// Options.Errorf).
 func (f *Front) Close() {
 	for i := len(f.closers) - 1; i >= 0; i-- {
 		f.closers[i]()
 	}
-	f.cancel()
-	<-f.done
 }

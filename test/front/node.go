@@ -4,7 +4,6 @@ import (
 	"context"
 	crand "crypto/rand"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -16,10 +15,9 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/skewgate/skewgate/internal/app"
+	"github.com/skewgate/skewgate/internal/install"
 	"github.com/skewgate/skewgate/test/dataplane"
 	"github.com/skewgate/skewgate/test/testbed"
-	"github.com/skewgate/skewgate/xds"
 )
 
 // NodeOptions configure one co-located control-plane node (NewNode).
@@ -41,8 +39,13 @@ type NodeOptions struct {
 	// XDSProtocol is the ADS variant of the data plane (the test data plane's Protocol, for Envoy the
 	// bootstrap's api_type) [$SKEWGATE_DATAPLANE_XDS, else delta].
 	XDSProtocol dataplane.Protocol
-	Logger      *zap.Logger
-	Logf        func(string, ...any)
+	// Logger is not used: skewgate runs as a process of its own, its log lines go to Logf.
+	Logger *zap.Logger
+	// Logf receives skewgate's log lines, and what the node does.
+	Logf func(string, ...any)
+	// Errorf receives what skewgate ended with when Close stopped it, unless it exited 0 (a
+	// race-enabled skewgate that found a data race exits 66): t.Errorf [Logf].
+	Errorf func(string, ...any)
 }
 
 // Node is one control-plane node of the co-located deployment: one skewgate and one data plane
@@ -51,7 +54,9 @@ type NodeOptions struct {
 // reaches skewgate's xDS and ext_proc over unix sockets in Dir. Nothing goes through DNS, a Service
 // or a front. Each part starts and stops on its own, and starts again on the same socket paths.
 //
-// The data plane is a real Envoy when ENVOY_BIN is set (the bootstrap the kubeadm install renders),
+// skewgate is the built `skewgate serve` binary, a process of its own (Skewgate) with the flags the
+// kubeadm install renders (Node.args): a restart is a new process, and the nodes of one test share
+// nothing but the host. The data plane is a real Envoy when ENVOY_BIN is set (the bootstrap the kubeadm install renders),
 // else the test data plane (test/dataplane) standing in for it.
 type Node struct {
 	// Name is the local apiserver's name.
@@ -66,15 +71,10 @@ type Node struct {
 	xdsSock, extProcSock string
 	informers            string // skewgate's kubeconfig
 
-	mu sync.Mutex
-	sg *skewgateRun
-	dp *dataPlaneRun
-}
-
-type skewgateRun struct {
-	srv    *app.Server
-	cancel context.CancelFunc
-	done   <-chan error
+	install install.Options // the node as `skewgate kubeadm install` sees it
+	mu      sync.Mutex
+	sg      *Skewgate
+	dp      *dataPlaneRun
 }
 
 type dataPlaneRun struct {
@@ -96,6 +96,9 @@ func NewNode(tb *testbed.Testbed, o NodeOptions) (*Node, error) {
 	}
 	if o.Logf == nil {
 		o.Logf = func(string, ...any) {}
+	}
+	if o.Errorf == nil {
+		o.Errorf = o.Logf
 	}
 	a, ok := tb.Apiserver(o.Apiserver)
 	if !ok {
@@ -123,7 +126,11 @@ func NewNode(tb *testbed.Testbed, o NodeOptions) (*Node, error) {
 		}
 		local = "https://" + n.Informers.Addr
 	}
-	n.informers = filepath.Join(o.Dir, "skewgate.kubeconfig")
+	if n.install, err = n.layout(); err != nil {
+		n.Close()
+		return nil, err
+	}
+	n.informers = filepath.Join(n.install.ConfigDir, "skewgate", "kubeconfig")
 	if err := tb.WriteKubeconfig(n.informers, testbed.AdminByToken, map[string]string{"local": local}, "local"); err != nil {
 		n.Close()
 		return nil, err
@@ -131,73 +138,91 @@ func NewNode(tb *testbed.Testbed, o NodeOptions) (*Node, error) {
 	return n, nil
 }
 
-// options are skewgate's flags on this node, as the co-located deployment sets them.
-func (n *Node) options() (*app.Options, error) {
+// layout puts the node's files where `skewgate kubeadm install` puts them on a node, with the
+// node's Dir as both its --config-dir (under etc/) and its --socket-dir: the kubeconfig at
+// etc/skewgate/kubeconfig, the front's certificates and the CA at etc/envoy/ (links to the
+// testbed's files).
+func (n *Node) layout() (install.Options, error) {
 	a := n.tb.MustApiserver(n.Name)
-	opts := app.NewOptions()
-	opts.Kubeconfig = n.informers
-	opts.UpstreamCAFile = n.tb.PKI.CA.Cert
-	opts.StaticUpstreams = []string{a.Name + "=" + a.Address()}
-	opts.AllowedCIDRs = []string{netip.PrefixFrom(netip.MustParseAddr(a.IP.String()), 24).Masked().String()}
-	opts.ProbeInterval = n.o.ProbeInterval
-	opts.XDSListen, opts.ExtProcListen, opts.HTTPListen = "unix://"+n.xdsSock, "unix://"+n.extProcSock, "127.0.0.1:0"
-	ip := n.tb.HostIP(n.o.Host)
-	opts.Envoy = xds.Options{
-		ListenAddress: ip.String(), ListenPort: Port,
-		ServingCertFile: n.ServingCert.Cert, ServingKeyFile: n.ServingCert.Key, ClientCAFile: n.tb.PKI.CA.Cert,
-		UpstreamCAFile: n.tb.PKI.CA.Cert, FrontProxyCertFile: n.tb.PKI.FrontProxyClient.Cert, FrontProxyKeyFile: n.tb.PKI.FrontProxyClient.Key,
-		HealthCheckInterval: n.o.ProbeInterval,
+	io := install.Options{NodeName: a.Name, APIServerEndpoint: a.Address(), ConfigDir: filepath.Join(n.o.Dir, "etc"), SocketDir: n.o.Dir,
+		FrontPort: Port, HTTPListen: "127.0.0.1:0",
+		AllowedCIDRs: []string{netip.PrefixFrom(netip.MustParseAddr(a.IP.String()), 24).Masked().String()}}
+	links := map[string]string{
+		"envoy/apiserver.crt": n.ServingCert.Cert, "envoy/apiserver.key": n.ServingCert.Key, "envoy/ca.crt": n.tb.PKI.CA.Cert,
+		"envoy/front-proxy-client.crt": n.tb.PKI.FrontProxyClient.Cert, "envoy/front-proxy-client.key": n.tb.PKI.FrontProxyClient.Key,
 	}
-	opts.Complete()
-	if errs := opts.Validate(); len(errs) > 0 {
-		return nil, errors.Join(errs...)
+	for _, d := range []string{"skewgate", "envoy"} {
+		if err := os.MkdirAll(filepath.Join(io.ConfigDir, d), 0o700); err != nil {
+			return io, err
+		}
 	}
-	return opts, nil
+	for rel, target := range links {
+		if err := os.Symlink(target, filepath.Join(io.ConfigDir, rel)); err != nil {
+			return io, err
+		}
+	}
+	return io, nil
 }
 
-// StartSkewgate starts skewgate in-process; it returns once its listeners are open, whether or not
-// the local apiserver answers.
+// args are skewgate's flags on this node: those the kubeadm install renders for its static pod
+// (install.Options.ServeArgs: the local apiserver as its only static upstream, the xDS and ext_proc
+// unix sockets, the front's files), then what the testbed needs instead: the front on the node's
+// own address rather than every address (the nodes share one host), and the shorter probe and
+// health check interval of the tests.
+func (n *Node) args() []string {
+	return append(n.install.ServeArgs()[1:],
+		"--front-address="+n.tb.HostIP(n.o.Host).String(),
+		"--probe-interval="+n.o.ProbeInterval.String(),
+		"--health-check-interval="+n.o.ProbeInterval.String())
+}
+
+// StartSkewgate starts skewgate as a process of its own (the built `skewgate serve`, see
+// Skewgate); it returns once its listeners are open, whether or not the local apiserver answers.
 func (n *Node) StartSkewgate() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.sg != nil {
 		return fmt.Errorf("front: skewgate of node %s is already running", n.Name)
 	}
-	opts, err := n.options()
+	sg, err := startSkewgate("node "+n.Name, filepath.Join(n.o.Dir, "skewgate.log"), n.args(), n.o.Logf)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	srv, done, err := app.Start(ctx, opts, app.Listeners{}, n.o.Logger.Named(n.Name))
-	if err != nil {
-		cancel()
-		return fmt.Errorf("front: skewgate of node %s: %w", n.Name, err)
-	}
-	n.sg = &skewgateRun{srv: srv, cancel: cancel, done: done}
+	n.sg = sg
 	return nil
 }
 
-// StopSkewgate stops skewgate and waits until it has; it returns what skewgate ended with.
+// StopSkewgate stops skewgate by SIGTERM and waits until the process exited; it returns nil when
+// it exited 0 (a clean shutdown), else what it ended with.
 func (n *Node) StopSkewgate() error {
 	n.mu.Lock()
-	r := n.sg
+	sg := n.sg
 	n.sg = nil
 	n.mu.Unlock()
-	if r == nil {
+	if sg == nil {
 		return nil
 	}
-	r.cancel()
-	return <-r.done
+	return sg.Stop()
 }
 
-// Skewgate is the running skewgate, nil when stopped.
-func (n *Node) Skewgate() *app.Server {
+// KillSkewgate kills skewgate by SIGKILL (no shutdown at all: its streams cut, its sockets left
+// behind) and waits until the process is gone; StartSkewgate starts a new one on the same sockets.
+func (n *Node) KillSkewgate() error {
+	n.mu.Lock()
+	sg := n.sg
+	n.sg = nil
+	n.mu.Unlock()
+	if sg == nil {
+		return fmt.Errorf("front: skewgate of node %s is not running", n.Name)
+	}
+	return sg.Kill()
+}
+
+// Skewgate is the running skewgate process, nil when stopped.
+func (n *Node) Skewgate() *Skewgate {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.sg == nil {
-		return nil
-	}
-	return n.sg.srv
+	return n.sg
 }
 
 // StartDataPlane starts the data plane and returns at once: until skewgate sends its first
@@ -296,7 +321,9 @@ func (n *Node) Kubeconfig(c testbed.Credential) string {
 // Close stops the data plane, skewgate and the informer switch.
 func (n *Node) Close() {
 	n.StopDataPlane()
-	_ = n.StopSkewgate()
+	if err := n.StopSkewgate(); err != nil {
+		n.o.Errorf("%v", err)
+	}
 	if n.Informers != nil {
 		n.Informers.Close()
 	}

@@ -3,6 +3,7 @@ package front
 import (
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -34,7 +35,7 @@ type Switch struct {
 	Refused, Held atomic.Int64
 }
 
-// NewSwitch listens on 127.0.0.1 and forwards to target.
+// NewSwitch listens on 127.0.0.1 and forwards to target, host:port or unix:///path.
 func NewSwitch(target string) (*Switch, error) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -95,7 +96,11 @@ func (s *Switch) serve() {
 }
 
 func (s *Switch) pipe(c net.Conn) {
-	up, err := net.Dial("tcp", s.target)
+	network, addr := "tcp", s.target
+	if path, ok := strings.CutPrefix(s.target, "unix://"); ok {
+		network, addr = "unix", path
+	}
+	up, err := net.Dial(network, addr)
 	if err != nil {
 		c.Close()
 		return
