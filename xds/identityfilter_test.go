@@ -9,6 +9,7 @@ import (
 	headermutationv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/header_mutation/v3"
 	luav3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/lua/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 
 	"github.com/skewgate/skewgate/internal/wire"
 )
@@ -107,6 +108,15 @@ func TestIdentityFilterOwnsIdentity(t *testing.T) {
 		if re.MatchString(h) {
 			t.Errorf("ext_proc may not mutate %s, which it needs", h)
 		}
+	}
+
+	var dtls tlsv3.DownstreamTlsContext
+	if err := translated(t).Listeners[0].FilterChains[0].TransportSocket.GetTypedConfig().UnmarshalTo(&dtls); err != nil {
+		t.Fatal(err)
+	}
+	if !dtls.GetDisableStatelessSessionResumption() || !dtls.DisableStatefulSessionResumption {
+		t.Errorf("TLS sessions may resume (stateless disabled %v, stateful disabled %v): peerCertificateValidated is false on a resumed session",
+			dtls.GetDisableStatelessSessionResumption(), dtls.DisableStatefulSessionResumption)
 	}
 
 	if hcm.ForwardClientCertDetails != hcmv3.HttpConnectionManager_SANITIZE_SET || hcm.SetCurrentClientCertDetails != nil {

@@ -147,7 +147,19 @@ func (tb *translator) listener() (*listenerv3.Listener, error) {
 		// Requested, verified when presented, not required: token users have no certificate.
 		common.ValidationContextType = &tlsv3.CommonTlsContext_ValidationContextSdsSecretConfig{ValidationContextSdsSecretConfig: sdsRef(SecretClientCA)}
 	}
-	tlsAny, err := pack(&tlsv3.DownstreamTlsContext{CommonTlsContext: common, RequireClientCertificate: wrapperspb.Bool(false)})
+	// No TLS session resumption: Envoy's peerCertificateValidated(), which the identity filter
+	// requires, is set only by the certificate verify callback, and a resumed session does not run
+	// it, so every resumed certificate session would be refused. disable_stateful_session_resumption
+	// turns the session cache off (SSL_CTX_set_session_cache_mode SSL_SESS_CACHE_OFF), and
+	// disable_stateless_session_resumption issues no session tickets (ServerContextImpl,
+	// source/common/tls/server_context_impl.cc, stored copies of main). A client then does a full
+	// handshake per connection; kubelets and controllers keep theirs open for hours.
+	tlsAny, err := pack(&tlsv3.DownstreamTlsContext{
+		CommonTlsContext:                 common,
+		RequireClientCertificate:         wrapperspb.Bool(false),
+		SessionTicketKeysType:            &tlsv3.DownstreamTlsContext_DisableStatelessSessionResumption{DisableStatelessSessionResumption: true},
+		DisableStatefulSessionResumption: true,
+	})
 	if err != nil {
 		return nil, err
 	}
