@@ -1,7 +1,9 @@
 package dataplane
 
 import (
+	"crypto/sha256"
 	"encoding/asn1"
+	"encoding/hex"
 	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -168,4 +170,9 @@ var boringShortNames = map[string]string{
 	"2.5.4.42": "GN", "2.5.4.43": "initials", "2.5.4.46": "dnQualifier", "2.5.4.65": "pseudonym",
 	"1.2.840.113549.1.9.1": "emailAddress", "0.9.2342.19200300.100.1.1": "UID",
 	"0.9.2342.19200300.100.1.25": "DC",
+}
+
+func hexSum(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }
