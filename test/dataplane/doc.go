@@ -28,6 +28,10 @@
 //     ImmediateResponse; allow_mode_override as effectiveModeOverride (DEFAULT keeps the filter's
 //     mode) with the response_headers phase; per-route overrides; message_timeout runs from before
 //     the stream connects, so a processor that never speaks HTTP/2 costs the whole timeout.
+//   - Lua filter: envoy_on_request in gopher-lua (Lua 5.1 like LuaJIT, not LuaJIT) with only
+//     the API skewgate's identity script uses: headers get/add, respond as a local reply,
+//     downstreamSslConnection with BoringSSL's RFC 2253 subject, the digest, and validated false
+//     on a resumed session; a script error lets the request continue.
 //   - Router: NC with cluster_not_found_response_code for unknown or warming clusters;
 //     request_headers_to_remove/add at forwarding; retries only for the route's retry_on, with
 //     previous_hosts; generic upgrade payload held until 101 (a refused upgrade closes the
