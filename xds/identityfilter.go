@@ -30,7 +30,8 @@ var IdentityRefusalScript string
 //     far (Filter::doHeaders, scriptError): the identity script writes its headers last.
 //   - clear_route_cache false: a header the script changes does not clear the route cache
 //     (DecoderCallbacks::onHeadersModified returns before clearRouteCache when the config's
-//     clearRouteCache() is false; it defaults to true). The route, and with it the ext_proc metadata of
+//     clearRouteCache() is false; it defaults to true; the field came with envoy pull request 38514,
+//     merged February 2025, so every supported release has it). The route, and with it the ext_proc metadata of
 //     the anonymous twins (routes.go), stays the one the connection manager chose from the request as
 //     it arrived: after sanitizing X-Forwarded-Client-Cert and removing internal_only_headers,
 //     before any filter. No Lua change can re-route a request; ext_proc's answer clears the cache,
