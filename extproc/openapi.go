@@ -70,7 +70,7 @@ func (s *Server) decideOpenAPI(r *headersRead, t *discovery.Topology, c Request,
 			return "", nil, nil, false
 		}
 		// Any apiserver authorizes /openapi/v3 as every other: the default cluster asks.
-		resp := s.continueWith(r, r.target(wire.AllCluster, anonymous))
+		resp := s.continueWith(r.target(wire.AllCluster, anonymous))
 		resp.ModeOverride = discoveryMode
 		f := s.openAPIFor(t)
 		return OutcomeOpenAPI, resp, &pending{answer: func() *extprocv3.ProcessingResponse {
@@ -101,7 +101,7 @@ func (s *Server) decideOpenAPI(r *headersRead, t *discovery.Topology, c Request,
 		if s.gate != nil && !s.gate.ClusterReady(cluster) {
 			cluster = r.target(wire.AllCluster, anonymous)
 		}
-		resp := s.continueWith(r, cluster)
+		resp := s.continueWith(cluster)
 		resp.ModeOverride = discoveryMode
 		var q *openAPIRequest
 		var rendered []byte

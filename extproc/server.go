@@ -262,22 +262,22 @@ func (s *Server) decide(r *headersRead) (string, *extprocv3.ProcessingResponse, 
 	switch c.Kind {
 	case Discovery:
 		if t == nil {
-			return OutcomeUnsynced, s.continueWith(r, ""), nil
+			return OutcomeUnsynced, s.continueWith(""), nil
 		}
 		if plan := s.discoveryFor(t).plan(r.method, r.path); plan != nil {
 			// The apiserver decides whether this request may see discovery at all; the front only
 			// replaces a document it was allowed to see, built then (responseHeaders).
-			resp := s.continueWith(r, all)
+			resp := s.continueWith(all)
 			resp.ModeOverride = discoveryMode
 			accept, ifNoneMatch := r.answer.accept, r.answer.ifNoneMatch
 			return OutcomeDiscovery, resp, &pending{answer: func() *extprocv3.ProcessingResponse {
 				return plan.answer(headerValue(accept), headerValue(ifNoneMatch))
 			}}
 		}
-		return OutcomePassthrough, s.continueWith(r, all), nil
+		return OutcomePassthrough, s.continueWith(all), nil
 	case NonResource:
 		if t == nil {
-			return OutcomeUnsynced, s.continueWith(r, ""), nil
+			return OutcomeUnsynced, s.continueWith(""), nil
 		}
 		if o, resp, p, ok := s.decideOpenAPI(r, t, c, anonymous); ok {
 			return o, resp, p
@@ -287,13 +287,13 @@ func (s *Server) decide(r *headersRead) (string, *extprocv3.ProcessingResponse, 
 				return s.routeTo(r, t, c, d, anonymous)
 			}
 		}
-		return OutcomePassthrough, s.continueWith(r, all), nil
+		return OutcomePassthrough, s.continueWith(all), nil
 	}
 	if t == nil {
 		// No Topology in Envoy's snapshot from this process yet (a restart): Envoy's route table,
 		// kept from before, holds the last decisions for every skewed resource, and naming
 		// skewgate-all here would override them with a balance over every apiserver.
-		return OutcomeUnsynced, s.continueWith(r, ""), nil
+		return OutcomeUnsynced, s.continueWith(""), nil
 	}
 	d := t.Decide(c.Key, c.Verb)
 	switch d.Action {
@@ -303,7 +303,7 @@ func (s *Server) decide(r *headersRead) (string, *extprocv3.ProcessingResponse, 
 		return OutcomeUnavailable, immediate(http.StatusServiceUnavailable, string(metav1.StatusReasonServiceUnavailable),
 			fmt.Sprintf("no apiserver that serves %s is available, retry later", c.Key.String())), nil
 	}
-	return OutcomeDefault, s.continueWith(r, all), nil
+	return OutcomeDefault, s.continueWith(all), nil
 }
 
 // routeTo sends the request to the cluster of d's set, once every Envoy has it.
@@ -317,7 +317,7 @@ func (s *Server) routeTo(r *headersRead, t *discovery.Topology, c Request, d dis
 		return OutcomePending, immediate(http.StatusServiceUnavailable, string(metav1.StatusReasonServiceUnavailable),
 			fmt.Sprintf("routing to the apiservers that serve %s is being set up, retry", what)), nil
 	}
-	return OutcomeRouted, s.continueWith(r, cluster), nil
+	return OutcomeRouted, s.continueWith(cluster), nil
 }
 
 // target is the twin of cluster that carries this request: the HTTP/1.1 twin for an upgrade (exec,
@@ -341,7 +341,7 @@ func (r *headersRead) target(cluster string, anonymous bool) string {
 // source/extensions/filters/http/ext_proc/processor_state.cc; Go marshals a non-nil empty message,
 // so has_header_mutation holds), and the route re-matched then sees our header and the headers the
 // request arrived with; no route matches a header the Lua filter sets (X-Remote-*).
-func (s *Server) continueWith(r *headersRead, cluster string) *extprocv3.ProcessingResponse {
+func (s *Server) continueWith(cluster string) *extprocv3.ProcessingResponse {
 	m := &extprocv3.HeaderMutation{}
 	if cluster != "" {
 		m.SetHeaders = []*corev3.HeaderValueOption{setHeader(wire.RouteHeader, cluster, false)}

@@ -31,9 +31,10 @@ const (
 
 // strippedHeaders are removed from every request before any other filter runs, by a filter that does
 // not depend on ext_proc: a client must never claim an identity or a refusal marker, also while the
-// processor is down (failure_mode_allow); the Lua identity filter after it sets the real ones. The routing header is removed earlier still, by the connection manager before
-// it selects a route (RouteConfiguration.internal_only_headers, routes.go); it is listed here too so
-// no filter ever sees a client's copy. X-Forwarded-Client-Cert is sanitized by the connection manager
+// processor is down (failure_mode_allow); the Lua identity filter after it sets the real ones. The
+// routing header is removed earlier still, by the connection manager before it selects a route
+// (RouteConfiguration.internal_only_headers, routes.go); it is listed here too so no filter ever
+// sees a client's copy. X-Forwarded-Client-Cert is sanitized by the connection manager
 // itself (SANITIZE_SET) and removed by the router when it forwards (request_headers_to_remove).
 var strippedHeaders = []string{wire.RouteHeader, wire.RemoteUserHeader, wire.RemoteGroupHeader, wire.RemoteUIDHeader, wire.IdentityRefusedHeader}
 
