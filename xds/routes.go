@@ -123,9 +123,7 @@ func (tb *translator) routeConfig() (*routev3.RouteConfiguration, error) {
 		// request_headers_to_remove, config_impl.cc; a cluster_header route's DelegatingRouteEntry
 		// delegates it, delegating_route_impl.cc). Unlike a header_mutation filter after ext_proc, this
 		// needs no route lookup by a later filter.
-		// The identity filter's refusal marker never reaches one either (a marked request is answered
-		// by ext_proc or the Lua filter after it; this covers a failing script).
-		RequestHeadersToRemove: []string{wire.ForwardedCertHeader, wire.IdentityRefusedHeader},
+		RequestHeadersToRemove: []string{wire.ForwardedCertHeader},
 		ValidateClusters:       wrapperspb.Bool(false), // clusters named by header are checked per request
 	}, nil
 }
