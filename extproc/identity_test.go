@@ -1,11 +1,14 @@
 package extproc
 
 import (
+	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/skewgate/skewgate/internal/wire"
 )
@@ -124,5 +127,62 @@ func TestAnonymousOnlyFromTheRoute(t *testing.T) {
 		if got := routeHeader(t, first.GetRequestHeaders().GetResponse().GetHeaderMutation()); got != c.cluster {
 			t.Errorf("%s: cluster %q, want %q", c.name, got, c.cluster)
 		}
+	}
+}
+
+// TestIdentityRefusalIsAnsweredAndCounted: a request the Lua filter marked is answered with a 503
+// metav1.Status and Retry-After, whatever it asks for (a discovery document, a routed resource, an
+// anonymous route) and also without a Topology, never routed; it is counted under its reason, an
+// unknown marker value under "other".
+func TestIdentityRefusalIsAnsweredAndCounted(t *testing.T) {
+	h := startServer(t)
+	mapPath := "/apis/admissionregistration.k8s.io/v1/" + mapResourceName
+	cases := []struct {
+		path, marker, reason string
+		md                   []string
+	}{
+		{"/api/v1/namespaces", "uid", "uid", nil},
+		{"/apis", "eku", "eku", nil},
+		{mapPath, "subject", "subject", nil},
+		{"/version", "nouser", "nouser", []string{wire.CredentialsMetadata, wire.CredentialsNone}},
+		{"/api/v1/pods", "unverified", "unverified", nil},
+		{"/api/v1/pods", "UID", wire.IdentityRefusalOther, nil},
+		{"/api/v1/pods", strings.Repeat("x", 5000), wire.IdentityRefusalOther, nil},
+		{"/api/v1/pods", "", wire.IdentityRefusalOther, nil},
+	}
+	for i, c := range cases {
+		if i == 3 {
+			h.src.t.Store(nil) // the rest without a Topology
+		}
+		first, _ := h.exchange(t, envoyHeaders("GET", c.path, wire.IdentityRefusedHeader, c.marker), "200", c.md...)
+		ir := first.GetImmediateResponse()
+		if ir == nil || ir.Status.Code != 503 {
+			t.Errorf("%s %.20q: want an immediate 503, got %v", c.path, c.marker, first)
+			continue
+		}
+		var st metav1.Status
+		if err := json.Unmarshal(ir.Body, &st); err != nil || st.Kind != "Status" || st.Code != 503 || st.Reason != metav1.StatusReasonServiceUnavailable ||
+			!strings.Contains(st.Message, "("+c.reason+")") {
+			t.Errorf("%s %.20q: body %s (%v), want a 503 Status naming %s", c.path, c.marker, ir.Body, err, c.reason)
+		}
+		var retry bool
+		for _, s := range ir.GetHeaders().GetSetHeaders() {
+			retry = retry || (s.Header.Key == "retry-after" && string(s.Header.RawValue) == "1")
+		}
+		if !retry {
+			t.Errorf("%s %.20q: no Retry-After: %v", c.path, c.marker, ir.GetHeaders())
+		}
+	}
+	want := map[string]float64{"uid": 1, "eku": 1, "subject": 1, "nouser": 1, "unverified": 1, wire.IdentityRefusalOther: 3}
+	for r, n := range want {
+		if got := testutil.ToFloat64(h.srv.metrics.identityRefused.WithLabelValues(r)); got != n {
+			t.Errorf("skewgate_identity_refused_total{reason=%q} = %v, want %v", r, got, n)
+		}
+	}
+	if got := testutil.CollectAndCount(h.srv.metrics.identityRefused); got != len(wire.IdentityRefusalReasons)+1 {
+		t.Errorf("%d reason labels exported, want %d (a marker value never becomes a label)", got, len(wire.IdentityRefusalReasons)+1)
+	}
+	if got := testutil.ToFloat64(h.srv.metrics.decisions.WithLabelValues(OutcomeIdentityRefused)); got != float64(len(cases)) {
+		t.Errorf("identity_refused decisions = %v, want %d", got, len(cases))
 	}
 }

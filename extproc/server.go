@@ -134,6 +134,8 @@ func headerValue(h *corev3.HeaderValue) string {
 type headersRead struct {
 	method, path                string
 	hasPath, upgrade, anonymous bool
+	refused                     string // the identity filter's refusal marker (wire.IdentityRefusedHeader), first value
+	hasRefused                  bool
 	answer                      answerHeaders
 	seen                        uint8 // headers read by first
 }
@@ -221,6 +223,10 @@ func (s *Server) requestHeaders(h *extprocv3.HttpHeaders, anonymous bool) (*extp
 			r.first(seenIfRange, &r.answer.ifRang, hv)
 		case k == "upgrade":
 			r.upgrade = headerValue(hv) != ""
+		case k == wire.IdentityRefusedHeader:
+			if !r.hasRefused {
+				r.refused, r.hasRefused = headerValue(hv), true
+			}
 		}
 	}
 	outcome, resp, p := s.decide(&r)
@@ -239,6 +245,11 @@ func (s *Server) decide(r *headersRead) (string, *extprocv3.ProcessingResponse, 
 	c, err := Classify(r.method, r.path)
 	if err != nil {
 		return OutcomeInvalid, immediate(http.StatusBadRequest, "BadRequest", err.Error()), nil
+	}
+	// The identity filter refused the certificate's identity: answer it, never route it. Only Envoy's
+	// Lua filter can have set the marker (the strip filter removed any client copy).
+	if r.hasRefused {
+		return OutcomeIdentityRefused, s.refuseIdentity(r.refused), nil
 	}
 	// A request without credentials carries no identity at all: it reaches the apiservers over the
 	// anonymous twin clusters, which present no client certificate, so each apiserver applies its own

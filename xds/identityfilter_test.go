@@ -26,15 +26,16 @@ func filterNamed(t *testing.T, hcm *hcmv3.HttpConnectionManager, name string) in
 }
 
 // TestIdentityFilterOwnsIdentity: the strip filter, first, removes every client copy of an identity
-// header; the Lua identity filter comes next and runs identity.lua, without clearing the route cache
-// (no Lua header change re-selects the route); ext_proc after it may not touch an identity header (a
-// mutation of one fails) and is not shown the client certificate; TLS sessions are not resumed.
+// header and of the refusal marker; the Lua identity filter comes next and runs identity.lua; ext_proc
+// after it may not touch an identity header (a mutation of one fails), is not shown the client
+// certificate, and the refusal filter after ext_proc runs identity_refusal.lua. Neither Lua filter
+// clears the route cache, so no Lua header change re-selects the route.
 func TestIdentityFilterOwnsIdentity(t *testing.T) {
 	hcm := hcmOf(t, translated(t))
 	strip, identity := filterNamed(t, hcm, filterHeaderMutation+".strip"), filterNamed(t, hcm, filterLua+".identity")
-	extProc := filterNamed(t, hcm, filterExtProc)
-	if !(strip == 0 && identity == 1 && extProc == 2) {
-		t.Fatalf("filter order strip %d identity %d ext_proc %d", strip, identity, extProc)
+	extProc, refusal := filterNamed(t, hcm, filterExtProc), filterNamed(t, hcm, filterLua+".refusal")
+	if !(strip == 0 && identity == 1 && extProc == 2 && refusal == 3) {
+		t.Fatalf("filter order strip %d identity %d ext_proc %d refusal %d", strip, identity, extProc, refusal)
 	}
 
 	var hm headermutationv3.HeaderMutation
@@ -51,7 +52,7 @@ func TestIdentityFilterOwnsIdentity(t *testing.T) {
 			prefixes = append(prefixes, p.GetPrefix())
 		}
 	}
-	for _, h := range []string{wire.RemoteUserHeader, wire.RemoteGroupHeader, wire.RemoteUIDHeader, wire.RouteHeader} {
+	for _, h := range []string{wire.RemoteUserHeader, wire.RemoteGroupHeader, wire.RemoteUIDHeader, wire.IdentityRefusedHeader, wire.RouteHeader} {
 		if !removed[h] {
 			t.Errorf("the strip filter keeps a client's %s", h)
 		}
@@ -60,18 +61,23 @@ func TestIdentityFilterOwnsIdentity(t *testing.T) {
 		t.Errorf("the strip filter removes the prefixes %v, want [%s]", prefixes, wire.RemoteExtraPrefix)
 	}
 
-	var l luav3.Lua
-	if err := hcm.HttpFilters[identity].GetTypedConfig().UnmarshalTo(&l); err != nil {
-		t.Fatal(err)
+	for i, script := range map[int]string{identity: IdentityScript, refusal: IdentityRefusalScript} {
+		var l luav3.Lua
+		if err := hcm.HttpFilters[i].GetTypedConfig().UnmarshalTo(&l); err != nil {
+			t.Fatal(err)
+		}
+		if l.GetDefaultSourceCode().GetInlineString() != script || l.InlineCode != "" || len(l.SourceCodes) != 0 {
+			t.Errorf("%s does not run its script as default_source_code alone", hcm.HttpFilters[i].Name)
+		}
+		if l.ClearRouteCache == nil || l.ClearRouteCache.Value {
+			t.Errorf("%s: clear_route_cache %v, want false", hcm.HttpFilters[i].Name, l.ClearRouteCache)
+		}
+		if l.StatPrefix == "" {
+			t.Errorf("%s: no stat_prefix", hcm.HttpFilters[i].Name)
+		}
 	}
-	if l.GetDefaultSourceCode().GetInlineString() != IdentityScript || l.InlineCode != "" || len(l.SourceCodes) != 0 {
-		t.Error("the identity filter does not run identity.lua as default_source_code alone")
-	}
-	if l.ClearRouteCache == nil || l.ClearRouteCache.Value {
-		t.Errorf("clear_route_cache %v, want false", l.ClearRouteCache)
-	}
-	if l.StatPrefix == "" {
-		t.Error("no stat_prefix")
+	if !strings.Contains(IdentityRefusalScript, wire.IdentityRefusedHeader) {
+		t.Errorf("identity_refusal.lua does not read %s", wire.IdentityRefusedHeader)
 	}
 
 	var ep extprocv3.ExternalProcessor
@@ -93,7 +99,7 @@ func TestIdentityFilterOwnsIdentity(t *testing.T) {
 	// this pattern (literals, one alternation, .*).
 	re := regexp.MustCompile(`^(?:` + rules.GetDisallowExpression().GetRegex() + `)$`)
 	for _, h := range []string{wire.RemoteUserHeader, wire.RemoteGroupHeader, wire.RemoteUIDHeader, wire.RemoteExtraPrefix + "scopes",
-		wire.RemoteExtraPrefix + "authentication.kubernetes.io%2fcredential-id"} {
+		wire.RemoteExtraPrefix + "authentication.kubernetes.io%2fcredential-id", wire.IdentityRefusedHeader} {
 		if !re.MatchString(h) {
 			t.Errorf("ext_proc may mutate %s", h)
 		}
@@ -118,8 +124,8 @@ func TestIdentityFilterOwnsIdentity(t *testing.T) {
 	}
 }
 
-// TestNoRouteMatchesALuaHeader: no route of a table with skew routes matches on a header the Lua
-// filter sets, so even a route re-selection after it could not depend on one.
+// TestNoRouteMatchesALuaHeader: no route of a table with skew routes matches on a header a Lua filter
+// sets, so even a route re-selection after them could not depend on one.
 func TestNoRouteMatchesALuaHeader(t *testing.T) {
 	rs, err := Translate(skewedTopology(3), testOptions())
 	if err != nil {
@@ -129,7 +135,7 @@ func TestNoRouteMatchesALuaHeader(t *testing.T) {
 	for _, r := range rs.Routes[0].VirtualHosts[0].Routes {
 		for _, h := range r.GetMatch().GetHeaders() {
 			n++
-			if name := strings.ToLower(h.Name); strings.HasPrefix(name, "x-remote-") {
+			if name := strings.ToLower(h.Name); strings.HasPrefix(name, "x-remote-") || name == wire.IdentityRefusedHeader {
 				t.Errorf("route %s matches on %s", r.Name, h.Name)
 			}
 		}

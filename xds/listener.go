@@ -30,13 +30,13 @@ const (
 )
 
 // strippedHeaders are removed from every request before any other filter runs, by a filter that does
-// not depend on ext_proc: a client must never claim an identity, also while the
+// not depend on ext_proc: a client must never claim an identity or a refusal marker, also while the
 // processor is down (failure_mode_allow); the Lua identity filter after it sets the real ones. The
 // routing header is removed earlier still, by the connection manager before it selects a route
 // (RouteConfiguration.internal_only_headers, routes.go); it is listed here too so no filter ever
 // sees a client's copy. X-Forwarded-Client-Cert is sanitized by the connection manager
 // itself (SANITIZE_SET) and removed by the router when it forwards (request_headers_to_remove).
-var strippedHeaders = []string{wire.RouteHeader, wire.RemoteUserHeader, wire.RemoteGroupHeader, wire.RemoteUIDHeader}
+var strippedHeaders = []string{wire.RouteHeader, wire.RemoteUserHeader, wire.RemoteGroupHeader, wire.RemoteUIDHeader, wire.IdentityRefusedHeader}
 
 // noInternalPeers makes no downstream peer "internal", so internal_only_headers are removed from every
 // request. The connection manager calls a request internal when
@@ -85,7 +85,7 @@ func (tb *translator) listener() (*listenerv3.Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	identity, err := identityFilter()
+	identity, refusal, err := identityFilters()
 	if err != nil {
 		return nil, err
 	}
@@ -101,6 +101,7 @@ func (tb *translator) listener() (*listenerv3.Listener, error) {
 			{Name: filterHeaderMutation + ".strip", ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: stripAny}},
 			identity,
 			{Name: filterExtProc, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: extProc}},
+			refusal,
 			{Name: filterRouter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: router}},
 		},
 		// exec, attach and port-forward: kubectl upgrades to SPDY/3.1, newer clients to WebSocket.
@@ -183,8 +184,8 @@ func (tb *translator) listener() (*listenerv3.Listener, error) {
 }
 
 // identityHeadersPattern matches (fully, lower-case as the checker compares) every header the
-// identity filter owns: X-Remote-*.
-const identityHeadersPattern = `x-remote-.*`
+// identity filter owns: X-Remote-* and its refusal marker.
+const identityHeadersPattern = `x-remote-.*|` + wire.IdentityRefusedHeader
 
 // transportSocketConnectTimeout bounds a client's TLS handshake: generous for a slow client, short
 // against silent sockets.

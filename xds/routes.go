@@ -123,7 +123,9 @@ func (tb *translator) routeConfig() (*routev3.RouteConfiguration, error) {
 		// request_headers_to_remove, config_impl.cc; a cluster_header route's DelegatingRouteEntry
 		// delegates it, delegating_route_impl.cc). Unlike a header_mutation filter after ext_proc, this
 		// needs no route lookup by a later filter.
-		RequestHeadersToRemove: []string{wire.ForwardedCertHeader},
+		// The identity filter's refusal marker never reaches one either (a marked request is answered
+		// by ext_proc or the Lua filter after it; this covers a failing script).
+		RequestHeadersToRemove: []string{wire.ForwardedCertHeader, wire.IdentityRefusedHeader},
 		ValidateClusters:       wrapperspb.Bool(false), // clusters named by header are checked per request
 	}, nil
 }
