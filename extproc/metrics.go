@@ -59,7 +59,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"kind", "outcome"}),
 		identityRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "skewgate_identity_refused_total",
-			Help: "Requests with a verified client certificate the front answered 503 because its Lua identity filter cannot derive exactly the identity the apiserver would (reason: uid, eku, subject, nouser, unverified, other). Counted only while ext_proc answers; otherwise the Lua filter after ext_proc answers them.",
+			Help: "Requests with a verified client certificate the front answered 503 because its Lua identity filter cannot derive exactly the identity the apiserver would (reason: uid, subject, nouser, unverified, other). Counted only while ext_proc answers; otherwise the Lua filter after ext_proc answers them.",
 		}, []string{"reason"}),
 	}
 	if reg != nil {

@@ -6,8 +6,11 @@
 -- order, the one UID attribute (OID 1.3.6.1.4.1.57683.2) the UID (two, or an empty one: 401), and
 -- the extra authentication.kubernetes.io/credential-id is X509SHA256=<hex of the certificate's
 -- SHA-256>. What the headers cannot carry exactly (an empty O, control characters, leading or
--- trailing blanks, a UID that is not plain ASCII) is refused with a 503 and Retry-After, never
--- sent on with less or different identity. The filter before this one removed every client copy
+-- trailing blanks, a UID that is not plain ASCII; an empty CN without a token, which directly would
+-- be anonymous) is refused, never sent on with less or different identity: the script sets no
+-- identity header, only the marker x-skewgate-identity-refused: <reason>, which ext_proc counts
+-- (skewgate_identity_refused_total) and answers with a 503 and Retry-After, and which the Lua filter
+-- after ext_proc (identity_refusal.lua) answers the same way when ext_proc does not. The filter before this one removed every client copy
 -- of these headers; this script only adds them, after everything was derived, and never touches
 -- Authorization.
 --
@@ -21,6 +24,11 @@
 -- the derivation runs under pcall and an error is answered 503.
 
 local UID_OID = "1.3.6.1.4.1.57683.2"
+local REFUSED = "x-skewgate-identity-refused"
+-- Whether every apiserver reads X-Remote-Uid (--requestheader-uid-headers); the xds package turns it
+-- on with --forward-certificate-uid. An apiserver without that flag drops the header silently, so
+-- without it a certificate's UID is refused rather than lost.
+local FORWARD_UID = false
 local CREDENTIAL_ID = "x-remote-extra-authentication.kubernetes.io%2fcredential-id"
 
 local function status(handle, code, reason, message, extra)
@@ -137,8 +145,8 @@ local function der(hex)
   return nil
 end
 
--- derive returns the identity, or a refusal: {code = 503 | 401, message = ...}, or nil for no
--- certificate identity.
+-- derive returns the identity, or a refusal: {code = 503, reason = ...} or {code = 401}, or nil for
+-- no certificate identity.
 local function derive(ssl)
   local attrs = parse(ssl:subjectPeerCertificate())
   local cn
@@ -156,12 +164,12 @@ local function derive(ssl)
     return nil
   end
   if cn.dump or not header(cn.value) then
-    return { code = 503, message = "the front cannot carry this client certificate's common name" }
+    return { code = 503, reason = "subject" }
   end
   local id = { user = cn.value, groups = {} }
   for _, o in ipairs(groups) do
     if o.dump or o.value == "" or not header(o.value) then
-      return { code = 503, message = "the front cannot carry an organization of this client certificate" }
+      return { code = 503, reason = "subject" }
     end
     id.groups[#id.groups + 1] = o.value
   end
@@ -170,15 +178,17 @@ local function derive(ssl)
   elseif #uids == 1 then
     local uid = uids[1].dump and der(uids[1].value)
     if uid == nil or (uid ~= "" and not header(uid)) then
-      return { code = 503, message = "the front cannot read the UID of this client certificate" }
+      return { code = 503, reason = "uid" }
     elseif uid == "" then
       return { code = 401 }
+    elseif not FORWARD_UID then
+      return { code = 503, reason = "uid" }
     end
     id.uid = uid
   end
   local digest = ssl:sha256PeerCertificateDigest()
   if string.find(digest, "^%x+$") == nil or #digest ~= 64 then
-    return { code = 503, message = "the front cannot read this client certificate's digest" }
+    return { code = 503, reason = "subject" }
   end
   id.credential = "X509SHA256=" .. string.lower(digest)
   return id
@@ -189,20 +199,27 @@ function envoy_on_request(handle)
   if ssl == nil or not ssl:peerCertificatePresented() then
     return
   end
+  local headers = handle:headers()
   if not ssl:peerCertificateValidated() then
-    -- A resumed TLS session: Envoy does not validate again and reports false.
-    status(handle, 503, "ServiceUnavailable", "the front cannot read the identity of a resumed TLS session; reconnect", true)
+    -- A resumed TLS session: Envoy does not validate again and reports false (the listener resumes
+    -- none; this is the guard should one be resumed anyway).
+    headers:add(REFUSED, "unverified")
     return
   end
   local ok, id = pcall(derive, ssl)
   if not ok then
-    status(handle, 503, "ServiceUnavailable", "the front cannot read this client certificate", true)
+    headers:add(REFUSED, "subject")
     return
   end
   if id == nil then
+    -- No certificate identity (no or an empty CN): directly, the apiserver tries a token, else the
+    -- request is anonymous. Through the front-proxy certificate with no X-Remote-User it would be
+    -- 401, so without a token it is refused rather than answered differently.
+    if headers:get("authorization") == nil then
+      headers:add(REFUSED, "nouser")
+    end
     return
   end
-  local headers = handle:headers()
   if id.code == 401 then
     -- The apiserver's x509 authenticator fails; a bearer token would still be tried after it.
     if headers:get("authorization") == nil then
@@ -210,7 +227,7 @@ function envoy_on_request(handle)
     end
     return
   elseif id.code == 503 then
-    status(handle, 503, "ServiceUnavailable", id.message, true)
+    headers:add(REFUSED, id.reason)
     return
   end
   headers:add("x-remote-user", id.user)

@@ -52,8 +52,8 @@ func luaFilter(name, statPrefix, script string) (*hcmv3.HttpFilter, error) {
 // its refusals when ext_proc does not (after ext_proc). The identity filter owns X-Remote-* for
 // every request: it sets them from the verified client certificate, in the same request and with no
 // external call, so a certificate user's identity never depends on ext_proc (docs/security.md).
-func identityFilters() (identity, refusal *hcmv3.HttpFilter, err error) {
-	if identity, err = luaFilter(filterLua+".identity", "skewgate_identity", IdentityScript); err != nil {
+func identityFilters(forwardUID bool) (identity, refusal *hcmv3.HttpFilter, err error) {
+	if identity, err = luaFilter(filterLua+".identity", "skewgate_identity", IdentityScriptFor(forwardUID)); err != nil {
 		return nil, nil, err
 	}
 	if refusal, err = luaFilter(filterLua+".refusal", "skewgate_identity_refusal", IdentityRefusalScript); err != nil {

@@ -144,3 +144,31 @@ func TestNoRouteMatchesALuaHeader(t *testing.T) {
 		t.Fatal("no header matcher in the table: nothing checked")
 	}
 }
+
+// TestIdentityScriptForwardsUIDOnlyWhenTold: the listener's identity script forwards a certificate's
+// UID only with ForwardCertificateUID, and the two texts differ in that one line.
+func TestIdentityScriptForwardsUIDOnlyWhenTold(t *testing.T) {
+	off, on := IdentityScriptFor(false), IdentityScriptFor(true)
+	if !strings.Contains(off, "local FORWARD_UID = false\n") || strings.Contains(off, "FORWARD_UID = true") {
+		t.Fatal("without ForwardCertificateUID the script does not keep FORWARD_UID false")
+	}
+	if on != strings.Replace(off, "local FORWARD_UID = false\n", "local FORWARD_UID = true\n", 1) || on == off {
+		t.Fatal("with ForwardCertificateUID the script is not the same text with FORWARD_UID true")
+	}
+	for _, forward := range []bool{false, true} {
+		o := testOptions()
+		o.ForwardCertificateUID = forward
+		rs, err := Translate(loadScenario(t, "testdata/one-upstream.in.yaml"), o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hcm := hcmOf(t, rs)
+		var lua luav3.Lua
+		if err := hcm.HttpFilters[filterNamed(t, hcm, filterLua+".identity")].GetTypedConfig().UnmarshalTo(&lua); err != nil {
+			t.Fatal(err)
+		}
+		if got := lua.GetDefaultSourceCode().GetInlineString(); got != IdentityScriptFor(forward) {
+			t.Errorf("ForwardCertificateUID %v: the listener's identity script is not IdentityScriptFor(%v)", forward, forward)
+		}
+	}
+}

@@ -85,7 +85,7 @@ func (tb *translator) listener() (*listenerv3.Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	identity, refusal, err := identityFilters()
+	identity, refusal, err := identityFilters(tb.o.ForwardCertificateUID)
 	if err != nil {
 		return nil, err
 	}

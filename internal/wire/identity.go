@@ -12,9 +12,8 @@ const IdentityRefusedHeader = "x-skewgate-identity-refused"
 // IdentityRefusalReasons are the values the identity filter sets in IdentityRefusedHeader, and the
 // reason label of skewgate_identity_refused_total (any other value counts as "other").
 var IdentityRefusalReasons = []string{
-	"uid",        // the certificate names a user UID (OID 1.3.6.1.4.1.57683.2) the filter cannot read exactly
-	"eku",        // the certificate is not valid for client authentication (extended key usage)
-	"subject",    // a subject the filter cannot map exactly (escapes, multi-valued RDNs, non-UTF-8 values)
+	"uid",        // a user UID attribute (OID 1.3.6.1.4.1.57683.2) that is not plain ASCII in a string type Go reads alike
+	"subject",    // a subject the headers cannot carry exactly (an empty O, control bytes, leading or trailing blanks)
 	"nouser",     // an empty CN and no Authorization header: directly the request would be anonymous
 	"unverified", // a certificate Envoy did not report as validated (e.g. a resumed TLS session)
 }

@@ -13,7 +13,7 @@ import (
 // is gopher-lua, an interpreter in Go, not Envoy's LuaJIT: an upper-bound-ish indication of the
 // script's cost, not Envoy's number.
 func BenchmarkIdentityStep(b *testing.B) {
-	h := newHarness(b)
+	h := newHarness(b, true)
 	cert := h.ca.issue(b, subject(b, rdn{{oidO, "system:nodes"}}, rdn{{oidCN, "system:node:worker-1"}}), nil)
 	chains, err := cert.Verify(x509.VerifyOptions{Roots: h.pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
 	if err != nil {

@@ -21,13 +21,14 @@ import (
 	x509request "k8s.io/apiserver/pkg/authentication/request/x509"
 	"k8s.io/apiserver/pkg/authentication/user"
 
+	"github.com/skewgate/skewgate/internal/wire"
 	"github.com/skewgate/skewgate/test/dataplane"
 	"github.com/skewgate/skewgate/xds"
 )
 
 // result is what a client gets: a refusal (handshake, 401, 503) or the identity (nil: none).
 type result struct {
-	refusal string // "", "handshake", "401", "503"
+	refusal string // "", "handshake", "401", "503/<reason>" (the marker's reason)
 	info    user.Info
 	err     string // the authenticator's error (direct) or the refusal's message (front)
 }
@@ -48,17 +49,24 @@ type harness struct {
 	ca   *testCA
 	pool *x509.CertPool
 	lua  *dataplane.LuaFilter
-	logs []string
+	// refusal is the Lua filter after ext_proc, which answers a marked request when ext_proc does not.
+	refusal *dataplane.LuaFilter
+	logs    []string
 }
 
-func newHarness(t testing.TB) *harness {
+// newHarness runs identity.lua as the listener emits it with --forward-certificate-uid (forwardUID)
+// or without.
+func newHarness(t testing.TB, forwardUID bool) *harness {
 	h := &harness{ca: newCA(t), pool: x509.NewCertPool()}
 	h.pool.AddCert(h.ca.cert)
-	lf, err := dataplane.NewLuaFilter(xds.IdentityScript, func(f string, a ...any) { h.logs = append(h.logs, fmt.Sprintf(f, a...)) })
+	lf, err := dataplane.NewLuaFilter(xds.IdentityScriptFor(forwardUID), func(f string, a ...any) { h.logs = append(h.logs, fmt.Sprintf(f, a...)) })
 	if err != nil {
 		t.Fatal(err)
 	}
 	h.lua = lf
+	if h.refusal, err = dataplane.NewLuaFilter(xds.IdentityRefusalScript, func(f string, a ...any) { h.logs = append(h.logs, fmt.Sprintf(f, a...)) }); err != nil {
+		t.Fatal(err)
+	}
 	return h
 }
 
@@ -96,7 +104,25 @@ func (h *harness) front(t testing.TB, cert *x509.Certificate, authorization bool
 		r.Header.Set("Authorization", "Bearer token")
 	}
 	rec := httptest.NewRecorder()
-	if h.lua.OnRequest(rec, r) {
+	answered := h.lua.OnRequest(rec, r)
+	marker := r.Header.Values(wire.IdentityRefusedHeader)
+	if !answered && len(marker) > 0 {
+		// Refused: the marker and no identity header; ext_proc answers it, or, when it does not, the
+		// refusal filter after it, whose answer is checked here.
+		for k := range r.Header {
+			if strings.HasPrefix(strings.ToLower(k), "x-remote-") {
+				t.Fatalf("refused (%v) but %s is set", marker, k)
+			}
+		}
+		if len(marker) != 1 {
+			t.Fatalf("refusal marker %q: want one value", marker)
+		}
+		rec = httptest.NewRecorder()
+		if !h.refusal.OnRequest(rec, r) || rec.Code != http.StatusServiceUnavailable {
+			t.Fatalf("the refusal filter did not answer the marked request 503: %v %d", answered, rec.Code)
+		}
+	}
+	if answered || len(marker) > 0 {
 		var st struct {
 			Kind, Message, Reason string
 			Code                  int
@@ -109,6 +135,9 @@ func (h *harness) front(t testing.TB, cert *x509.Certificate, authorization bool
 		}
 		if got := rec.Header().Get("Content-Type"); got != "application/json" {
 			t.Fatalf("refusal content-type %q", got)
+		}
+		if len(marker) > 0 {
+			return result{refusal: "503/" + marker[0], err: st.Message}
 		}
 		return result{refusal: strconv.Itoa(rec.Code), err: st.Message}
 	}
