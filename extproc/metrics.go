@@ -1,6 +1,12 @@
 package extproc
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"slices"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/skewgate/skewgate/internal/wire"
+)
 
 // Decision outcomes (label values of skewgate_extproc_decisions_total).
 const (
@@ -13,6 +19,9 @@ const (
 	OutcomePassthrough = "passthrough" // non-resource request, or discovery an apiserver answers itself (profile=nopeer)
 	OutcomeUnsynced    = "unsynced"    // no Topology yet: default route
 	OutcomeInvalid     = "invalid"     // malformed request: 400
+	// OutcomeIdentityRefused: 503, the Lua identity filter could not derive the client certificate's
+	// identity exactly (skewgate_identity_refused_total has the reason).
+	OutcomeIdentityRefused = "identity_refused"
 )
 
 type metrics struct {
@@ -22,13 +31,14 @@ type metrics struct {
 
 	discoveryResponses *prometheus.CounterVec
 	openAPIResponses   *prometheus.CounterVec
+	identityRefused    *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "skewgate_extproc_decisions_total",
-			Help: "Routing decisions by outcome (default, routed, unavailable, pending, discovery, openapi, passthrough, unsynced, invalid).",
+			Help: "Routing decisions by outcome (default, routed, unavailable, pending, discovery, openapi, passthrough, unsynced, invalid, identity_refused).",
 		}, []string{"outcome"}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "skewgate_extproc_decision_duration_seconds",
@@ -47,9 +57,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "skewgate_extproc_openapi_responses_total",
 			Help: "OpenAPI v3 requests the front answers, in the response phase, by kind (index, document) and outcome (served, redirected, not_modified: the apiserver authorized it and the front's answer replaced its own; passed: its refusal or error passed through, or nothing acceptable; busy: authorized, but no serving slot came free in time, 503 with Retry-After).",
 		}, []string{"kind", "outcome"}),
+		identityRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "skewgate_identity_refused_total",
+			Help: "Requests with a verified client certificate the front answered 503 because its Lua identity filter cannot derive exactly the identity the apiserver would (reason: uid, subject, nouser, unverified, other). Counted only while ext_proc answers; otherwise the Lua filter after ext_proc answers them.",
+		}, []string{"reason"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.decisions, m.latency, m.streams, m.discoveryResponses, m.openAPIResponses)
+		reg.MustRegister(m.decisions, m.latency, m.streams, m.discoveryResponses, m.openAPIResponses, m.identityRefused)
 	}
 	for _, k := range []string{OpenAPIIndex, OpenAPIDocument} {
 		for _, o := range []string{OpenAPIServed, OpenAPIRedirected, OpenAPINotModified, OpenAPIPassed, OpenAPIBusy} {
@@ -59,7 +73,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for _, o := range []string{DiscoveryServed, DiscoveryPassed, DiscoveryUnexpected, DiscoveryBusy} {
 		m.discoveryResponses.WithLabelValues(o)
 	}
-	for _, o := range []string{OutcomeDefault, OutcomeRouted, OutcomeUnavailable, OutcomePending, OutcomeDiscovery, OutcomeOpenAPI, OutcomePassthrough, OutcomeUnsynced, OutcomeInvalid} {
+	for _, r := range append(slices.Clone(wire.IdentityRefusalReasons), wire.IdentityRefusalOther) {
+		m.identityRefused.WithLabelValues(r)
+	}
+	for _, o := range []string{OutcomeDefault, OutcomeRouted, OutcomeUnavailable, OutcomePending, OutcomeDiscovery, OutcomeOpenAPI, OutcomePassthrough, OutcomeUnsynced, OutcomeInvalid, OutcomeIdentityRefused} {
 		m.decisions.WithLabelValues(o)
 	}
 	return m

@@ -57,7 +57,7 @@ const (
 )
 
 // decideOpenAPI decides an OpenAPI v3 request; handled false leaves it to the schema routing.
-func (s *Server) decideOpenAPI(r *headersRead, t *discovery.Topology, c Request, anonymous bool, id *identity) (outcome string, resp *extprocv3.ProcessingResponse, p *pending, handled bool) {
+func (s *Server) decideOpenAPI(r *headersRead, t *discovery.Topology, c Request, anonymous bool) (outcome string, resp *extprocv3.ProcessingResponse, p *pending, handled bool) {
 	key, query, index, ok := openAPIPath(r.path)
 	if !ok {
 		return "", nil, nil, false
@@ -70,7 +70,7 @@ func (s *Server) decideOpenAPI(r *headersRead, t *discovery.Topology, c Request,
 			return "", nil, nil, false
 		}
 		// Any apiserver authorizes /openapi/v3 as every other: the default cluster asks.
-		resp := s.continueWith(r, r.target(wire.AllCluster, anonymous), id)
+		resp := s.continueWith(r.target(wire.AllCluster, anonymous))
 		resp.ModeOverride = discoveryMode
 		f := s.openAPIFor(t)
 		return OutcomeOpenAPI, resp, &pending{answer: func() *extprocv3.ProcessingResponse {
@@ -81,7 +81,7 @@ func (s *Server) decideOpenAPI(r *headersRead, t *discovery.Topology, c Request,
 	route := discovery.Decision{Action: discovery.ActionRoute, Set: d.Set}
 	switch d.Action {
 	case discovery.ActionRoute:
-		o, resp, _ := s.routeTo(r, t, c, route, anonymous, id)
+		o, resp, _ := s.routeTo(r, t, c, route, anonymous)
 		return o, resp, nil, true
 	case discovery.ActionUnavailable:
 		return OutcomeUnavailable, immediate(http.StatusServiceUnavailable, string(metav1.StatusReasonServiceUnavailable),
@@ -89,7 +89,7 @@ func (s *Server) decideOpenAPI(r *headersRead, t *discovery.Topology, c Request,
 	case discovery.ActionServe:
 		spec := t.OpenAPIMerged(key)
 		if spec == nil || r.method != http.MethodGet {
-			o, resp, _ := s.routeTo(r, t, c, route, anonymous, id)
+			o, resp, _ := s.routeTo(r, t, c, route, anonymous)
 			return o, resp, nil, true
 		}
 		f := s.openAPIFor(t)
@@ -101,7 +101,7 @@ func (s *Server) decideOpenAPI(r *headersRead, t *discovery.Topology, c Request,
 		if s.gate != nil && !s.gate.ClusterReady(cluster) {
 			cluster = r.target(wire.AllCluster, anonymous)
 		}
-		resp := s.continueWith(r, cluster, id)
+		resp := s.continueWith(cluster)
 		resp.ModeOverride = discoveryMode
 		var q *openAPIRequest
 		var rendered []byte

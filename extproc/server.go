@@ -53,7 +53,6 @@ type Server struct {
 	frontDiscovery perTopology[*frontDiscovery]
 	frontOpenAPI   perTopology[*frontOpenAPI]
 	clusterNames   perTopology[*clusterNames]
-	identities     identityCache
 	slots          *slots // the front's answers in flight (frontlimit.go)
 }
 
@@ -133,9 +132,10 @@ func headerValue(h *corev3.HeaderValue) string {
 
 // headersRead is what the service reads from the request headers Envoy sends.
 type headersRead struct {
-	method, path, clientCert    string
+	method, path                string
 	hasPath, upgrade, anonymous bool
-	extra                       []string // client-supplied X-Remote-Extra-* names
+	refused                     string // the identity filter's refusal marker (wire.IdentityRefusedHeader), first value
+	hasRefused                  bool
 	answer                      answerHeaders
 	seen                        uint8 // headers read by first
 }
@@ -223,10 +223,10 @@ func (s *Server) requestHeaders(h *extprocv3.HttpHeaders, anonymous bool) (*extp
 			r.first(seenIfRange, &r.answer.ifRang, hv)
 		case k == "upgrade":
 			r.upgrade = headerValue(hv) != ""
-		case k == wire.ForwardedCertHeader:
-			r.clientCert = headerValue(hv)
-		case strings.HasPrefix(k, wire.RemoteExtraPrefix):
-			r.extra = append(r.extra, k)
+		case k == wire.IdentityRefusedHeader:
+			if !r.hasRefused {
+				r.refused, r.hasRefused = headerValue(hv), true
+			}
 		}
 	}
 	outcome, resp, p := s.decide(&r)
@@ -246,65 +246,68 @@ func (s *Server) decide(r *headersRead) (string, *extprocv3.ProcessingResponse, 
 	if err != nil {
 		return OutcomeInvalid, immediate(http.StatusBadRequest, "BadRequest", err.Error()), nil
 	}
+	// The identity filter refused the certificate's identity: answer it, never route it. Only Envoy's
+	// Lua filter can have set the marker (the strip filter removed any client copy).
+	if r.hasRefused {
+		return OutcomeIdentityRefused, s.refuseIdentity(r.refused), nil
+	}
 	// A request without credentials carries no identity at all: it reaches the apiservers over the
 	// anonymous twin clusters, which present no client certificate, so each apiserver applies its own
-	// anonymous policy exactly as it would to the request sent directly.
-	anonymous := r.anonymous && r.clientCert == ""
-	var id *identity
-	if !anonymous {
-		id = s.identities.lookup(r.clientCert)
-	}
+	// anonymous policy exactly as it would to the request sent directly. Envoy says so through the
+	// route it chose before any filter ran (no Authorization, no verified client certificate): no
+	// header a client or a filter sets decides it.
+	anonymous := r.anonymous
 	all := r.target(wire.AllCluster, anonymous)
 	t := s.src.Current()
 	switch c.Kind {
 	case Discovery:
 		if t == nil {
-			return OutcomeUnsynced, s.continueWith(r, "", id), nil
+			return OutcomeUnsynced, s.continueWith(""), nil
 		}
 		if plan := s.discoveryFor(t).plan(r.method, r.path); plan != nil {
 			// The apiserver decides whether this request may see discovery at all; the front only
 			// replaces a document it was allowed to see, built then (responseHeaders).
-			resp := s.continueWith(r, all, id)
+			resp := s.continueWith(all)
 			resp.ModeOverride = discoveryMode
 			accept, ifNoneMatch := r.answer.accept, r.answer.ifNoneMatch
 			return OutcomeDiscovery, resp, &pending{answer: func() *extprocv3.ProcessingResponse {
 				return plan.answer(headerValue(accept), headerValue(ifNoneMatch))
 			}}
 		}
-		return OutcomePassthrough, s.continueWith(r, all, id), nil
+		return OutcomePassthrough, s.continueWith(all), nil
 	case NonResource:
 		if t == nil {
-			return OutcomeUnsynced, s.continueWith(r, "", id), nil
+			return OutcomeUnsynced, s.continueWith(""), nil
 		}
-		if o, resp, p, ok := s.decideOpenAPI(r, t, c, anonymous, id); ok {
+		if o, resp, p, ok := s.decideOpenAPI(r, t, c, anonymous); ok {
 			return o, resp, p
 		}
 		if isSchemaPath(r.path) {
 			if d := t.DecideSchemas(); d.Action == discovery.ActionRoute {
-				return s.routeTo(r, t, c, d, anonymous, id)
+				return s.routeTo(r, t, c, d, anonymous)
 			}
 		}
-		return OutcomePassthrough, s.continueWith(r, all, id), nil
+		return OutcomePassthrough, s.continueWith(all), nil
 	}
 	if t == nil {
 		// No Topology in Envoy's snapshot from this process yet (a restart): Envoy's route table,
 		// kept from before, holds the last decisions for every skewed resource, and naming
 		// skewgate-all here would override them with a balance over every apiserver.
-		return OutcomeUnsynced, s.continueWith(r, "", id), nil
+		return OutcomeUnsynced, s.continueWith(""), nil
 	}
 	d := t.Decide(c.Key, c.Verb)
 	switch d.Action {
 	case discovery.ActionRoute:
-		return s.routeTo(r, t, c, d, anonymous, id)
+		return s.routeTo(r, t, c, d, anonymous)
 	case discovery.ActionUnavailable:
 		return OutcomeUnavailable, immediate(http.StatusServiceUnavailable, string(metav1.StatusReasonServiceUnavailable),
 			fmt.Sprintf("no apiserver that serves %s is available, retry later", c.Key.String())), nil
 	}
-	return OutcomeDefault, s.continueWith(r, all, id), nil
+	return OutcomeDefault, s.continueWith(all), nil
 }
 
 // routeTo sends the request to the cluster of d's set, once every Envoy has it.
-func (s *Server) routeTo(r *headersRead, t *discovery.Topology, c Request, d discovery.Decision, anonymous bool, id *identity) (string, *extprocv3.ProcessingResponse, *pending) {
+func (s *Server) routeTo(r *headersRead, t *discovery.Topology, c Request, d discovery.Decision, anonymous bool) (string, *extprocv3.ProcessingResponse, *pending) {
 	cluster := r.target(s.clustersFor(t).of(d.Set), anonymous)
 	if s.gate != nil && !s.gate.ClusterReady(cluster) {
 		what := "the API schemas"
@@ -314,7 +317,7 @@ func (s *Server) routeTo(r *headersRead, t *discovery.Topology, c Request, d dis
 		return OutcomePending, immediate(http.StatusServiceUnavailable, string(metav1.StatusReasonServiceUnavailable),
 			fmt.Sprintf("routing to the apiservers that serve %s is being set up, retry", what)), nil
 	}
-	return OutcomeRouted, s.continueWith(r, cluster, id), nil
+	return OutcomeRouted, s.continueWith(cluster), nil
 }
 
 // target is the twin of cluster that carries this request: the HTTP/1.1 twin for an upgrade (exec,
@@ -330,25 +333,19 @@ func (r *headersRead) target(cluster string, anonymous bool) string {
 	return cluster
 }
 
-// continueWith lets the request go on, with the routing header naming cluster and the identity
-// headers set from the verified client certificate (or removed). Every decision names its cluster,
-// the default ones too, except without a Topology (cluster ""): then Envoy's route table decides.
-// The response always carries a header mutation: Envoy clears the route
-// cache only when it does (DecodingProcessorState::clearRouteCache in
-// source/extensions/filters/http/ext_proc/processor_state.cc), and the route re-matched then sees
-// our header and nothing else a client or another filter chose.
-func (s *Server) continueWith(r *headersRead, cluster string, id *identity) *extprocv3.ProcessingResponse {
-	m := &extprocv3.HeaderMutation{RemoveHeaders: make([]string, 0, 3+len(r.extra))}
+// continueWith lets the request go on, with the routing header naming cluster. Every decision names
+// its cluster, the default ones too, except without a Topology (cluster ""): then Envoy's route
+// table decides. The identity headers are left as the Lua filter set them (identity.go). The
+// response always carries a header mutation, empty without a cluster: Envoy clears the route cache
+// only when it does (DecodingProcessorState::clearRouteCache in
+// source/extensions/filters/http/ext_proc/processor_state.cc; Go marshals a non-nil empty message,
+// so has_header_mutation holds), and the route re-matched then sees our header and the headers the
+// request arrived with; no route matches a header the Lua filter sets (X-Remote-*).
+func (s *Server) continueWith(cluster string) *extprocv3.ProcessingResponse {
+	m := &extprocv3.HeaderMutation{}
 	if cluster != "" {
-		m.SetHeaders = append(m.SetHeaders, setHeader(wire.RouteHeader, cluster, false))
+		m.SetHeaders = []*corev3.HeaderValueOption{setHeader(wire.RouteHeader, cluster, false)}
 	}
-	if id != nil {
-		m.SetHeaders = append(m.SetHeaders, id.headers...)
-	} else {
-		m.RemoveHeaders = append(m.RemoveHeaders, wire.RemoteUserHeader, wire.RemoteGroupHeader)
-	}
-	m.RemoveHeaders = append(m.RemoveHeaders, wire.RemoteUIDHeader)
-	m.RemoveHeaders = append(m.RemoveHeaders, r.extra...)
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{
 		RequestHeaders: &extprocv3.HeadersResponse{Response: &extprocv3.CommonResponse{HeaderMutation: m, ClearRouteCache: true}},
 	}}

@@ -82,11 +82,12 @@ func TestRoutingHeaderNeverFromClient(t *testing.T) {
 	}
 }
 
-// TestXFCCRemovedByRouter: the route configuration removes X-Forwarded-Client-Cert when forwarding,
-// and no HTTP filter after ext_proc exists to re-match routes.
+// TestXFCCRemovedByRouter: the route configuration removes X-Forwarded-Client-Cert (and the identity
+// refusal marker) when forwarding; the only filters after ext_proc are the Lua refusal filter, which
+// never clears the route cache (identityfilter_test.go), and the router.
 func TestXFCCRemovedByRouter(t *testing.T) {
 	rs := translated(t)
-	if !slices.Equal(rs.Routes[0].RequestHeadersToRemove, []string{wire.ForwardedCertHeader}) {
+	if !slices.Equal(rs.Routes[0].RequestHeadersToRemove, []string{wire.ForwardedCertHeader, wire.IdentityRefusedHeader}) {
 		t.Errorf("request_headers_to_remove = %v", rs.Routes[0].RequestHeadersToRemove)
 	}
 	hcm := hcmOf(t, rs)
@@ -94,11 +95,11 @@ func TestXFCCRemovedByRouter(t *testing.T) {
 	for _, f := range hcm.HttpFilters {
 		names = append(names, f.Name)
 	}
-	if !slices.Equal(names, []string{filterHeaderMutation + ".strip", filterExtProc, filterRouter}) {
+	if !slices.Equal(names, []string{filterHeaderMutation + ".strip", filterLua + ".identity", filterExtProc, filterLua + ".refusal", filterRouter}) {
 		t.Errorf("filters %v", names)
 	}
 	var ep extprocv3.ExternalProcessor
-	if err := hcm.HttpFilters[1].GetTypedConfig().UnmarshalTo(&ep); err != nil {
+	if err := hcm.HttpFilters[2].GetTypedConfig().UnmarshalTo(&ep); err != nil {
 		t.Fatal(err)
 	}
 	if !ep.AllowModeOverride || !ep.FailureModeAllow {

@@ -29,13 +29,14 @@ const (
 	transportTLS         = "envoy.transport_sockets.tls"
 )
 
-// strippedHeaders are removed from every request before ext_proc runs, by a filter that does not
-// depend on ext_proc: a client must never claim an identity, also while the processor is down
-// (failure_mode_allow). The routing header is removed earlier still, by the connection manager before
-// it selects a route (RouteConfiguration.internal_only_headers, routes.go); it is listed here too so
-// no filter ever sees a client's copy. X-Forwarded-Client-Cert is sanitized by the connection manager
+// strippedHeaders are removed from every request before any other filter runs, by a filter that does
+// not depend on ext_proc: a client must never claim an identity or a refusal marker, also while the
+// processor is down (failure_mode_allow); the Lua identity filter after it sets the real ones. The
+// routing header is removed earlier still, by the connection manager before it selects a route
+// (RouteConfiguration.internal_only_headers, routes.go); it is listed here too so no filter ever
+// sees a client's copy. X-Forwarded-Client-Cert is sanitized by the connection manager
 // itself (SANITIZE_SET) and removed by the router when it forwards (request_headers_to_remove).
-var strippedHeaders = []string{wire.RouteHeader, wire.RemoteUserHeader, wire.RemoteGroupHeader, wire.RemoteUIDHeader}
+var strippedHeaders = []string{wire.RouteHeader, wire.RemoteUserHeader, wire.RemoteGroupHeader, wire.RemoteUIDHeader, wire.IdentityRefusedHeader}
 
 // noInternalPeers makes no downstream peer "internal", so internal_only_headers are removed from every
 // request. The connection manager calls a request internal when
@@ -84,6 +85,10 @@ func (tb *translator) listener() (*listenerv3.Listener, error) {
 	if err != nil {
 		return nil, err
 	}
+	identity, refusal, err := identityFilters(tb.o.ForwardCertificateUID)
+	if err != nil {
+		return nil, err
+	}
 
 	hcm := &hcmv3.HttpConnectionManager{
 		StatPrefix: "skewgate",
@@ -94,7 +99,9 @@ func (tb *translator) listener() (*listenerv3.Listener, error) {
 		}},
 		HttpFilters: []*hcmv3.HttpFilter{
 			{Name: filterHeaderMutation + ".strip", ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: stripAny}},
+			identity,
 			{Name: filterExtProc, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: extProc}},
+			refusal,
 			{Name: filterRouter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: router}},
 		},
 		// exec, attach and port-forward: kubectl upgrades to SPDY/3.1, newer clients to WebSocket.
@@ -114,10 +121,14 @@ func (tb *translator) listener() (*listenerv3.Listener, error) {
 		Http2ProtocolOptions:  &corev3.Http2ProtocolOptions{MaxConcurrentStreams: wrapperspb.UInt32(1000)},
 		UseRemoteAddress:      wrapperspb.Bool(true),
 		InternalAddressConfig: noInternalPeers(),
-		// The client certificate Envoy verified, for ext_proc to turn into X-Remote-User/Group; a client's
-		// own copy of the header is dropped (SANITIZE_SET).
+		// X-Forwarded-Client-Cert says "this connection presented a verified client certificate" to the
+		// route table (the anonymous twins match on its absence), before any filter runs; a client's own
+		// copy is dropped (SANITIZE_SET). Its value is Hash=<sha256> alone: with SANITIZE_SET Envoy
+		// always adds the peer certificate's digest and adds Cert only when
+		// set_current_client_cert_details asks (conn_manager_utility.cc, mutateXfccRequestHeader).
+		// Nothing reads the certificate from it any more: the Lua filter reads the connection itself,
+		// ext_proc is not shown the header, the router removes it.
 		ForwardClientCertDetails:     hcmv3.HttpConnectionManager_SANITIZE_SET,
-		SetCurrentClientCertDetails:  &hcmv3.HttpConnectionManager_SetCurrentClientCertDetails{Cert: true},
 		ServerHeaderTransformation:   hcmv3.HttpConnectionManager_PASS_THROUGH,
 		LocalReplyConfig:             neverSentReply(),
 		PathWithEscapedSlashesAction: hcmv3.HttpConnectionManager_KEEP_UNCHANGED,
@@ -137,7 +148,19 @@ func (tb *translator) listener() (*listenerv3.Listener, error) {
 		// Requested, verified when presented, not required: token users have no certificate.
 		common.ValidationContextType = &tlsv3.CommonTlsContext_ValidationContextSdsSecretConfig{ValidationContextSdsSecretConfig: sdsRef(SecretClientCA)}
 	}
-	tlsAny, err := pack(&tlsv3.DownstreamTlsContext{CommonTlsContext: common, RequireClientCertificate: wrapperspb.Bool(false)})
+	// No TLS session resumption: Envoy's peerCertificateValidated(), which the identity filter
+	// requires, is set only by the certificate verify callback, and a resumed session does not run
+	// it, so every resumed certificate session would be refused. disable_stateful_session_resumption
+	// turns the session cache off (SSL_CTX_set_session_cache_mode SSL_SESS_CACHE_OFF), and
+	// disable_stateless_session_resumption issues no session tickets (ServerContextImpl,
+	// source/common/tls/server_context_impl.cc, stored copies of main). A client then does a full
+	// handshake per connection; kubelets and controllers keep theirs open for hours.
+	tlsAny, err := pack(&tlsv3.DownstreamTlsContext{
+		CommonTlsContext:                 common,
+		RequireClientCertificate:         wrapperspb.Bool(false),
+		SessionTicketKeysType:            &tlsv3.DownstreamTlsContext_DisableStatelessSessionResumption{DisableStatelessSessionResumption: true},
+		DisableStatefulSessionResumption: true,
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -159,6 +182,10 @@ func (tb *translator) listener() (*listenerv3.Listener, error) {
 		}},
 	}, nil
 }
+
+// identityHeadersPattern matches (fully, lower-case as the checker compares) every header the
+// identity filter owns: X-Remote-* and its refusal marker.
+const identityHeadersPattern = `x-remote-.*|` + wire.IdentityRefusedHeader
 
 // transportSocketConnectTimeout bounds a client's TLS handshake: generous for a slow client, short
 // against silent sockets.
@@ -222,11 +249,18 @@ func (tb *translator) extProcFilter() *extprocv3.ExternalProcessor {
 			{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: "authorization"}, IgnoreCase: true},
 			{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: "proxy-authorization"}, IgnoreCase: true},
 			{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: "cookie"}, IgnoreCase: true},
+			// Nor the client certificate: identity is the Lua filter's, anonymity comes from the route.
+			{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: wire.ForwardedCertHeader}, IgnoreCase: true},
 		}}},
-		// The processor may only set our routing header and the identity headers, nothing Envoy owns.
+		// The processor may set our routing header, nothing Envoy owns, and no identity header: a set
+		// or a removal of a name matching identityHeadersPattern fails the response (Checker::isAllowed
+		// tests disallow_expression first, source/extensions/filters/common/mutation_rules/
+		// mutation_rules.cc; MutationUtils::applyHeaderMutations checks removals and sets alike,
+		// mutation_utils.cc, stored copies of main).
 		MutationRules: &mutationrulesv3.HeaderMutationRules{
-			DisallowSystem:  wrapperspb.Bool(true),
-			DisallowIsError: wrapperspb.Bool(true),
+			DisallowSystem:     wrapperspb.Bool(true),
+			DisallowIsError:    wrapperspb.Bool(true),
+			DisallowExpression: &matcherv3.RegexMatcher{Regex: identityHeadersPattern},
 		},
 	}
 }

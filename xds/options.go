@@ -49,6 +49,12 @@ type Options struct {
 
 	// HealthCheckInterval is how often Envoy probes each apiserver's /readyz. Default 1s.
 	HealthCheckInterval time.Duration
+
+	// ForwardCertificateUID says every apiserver reads X-Remote-Uid (--requestheader-uid-headers):
+	// the identity filter then forwards a client certificate's UID attribute. Without it a
+	// certificate with a UID is refused (503): an apiserver without that flag would drop the UID
+	// silently, and kubeadm does not set it.
+	ForwardCertificateUID bool
 }
 
 // WithDefaults returns o with unset fields defaulted.

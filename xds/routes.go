@@ -129,7 +129,9 @@ func (tb *translator) routeConfig() (*routev3.RouteConfiguration, error) {
 		// delegates it, delegating_route_impl.cc; in 2026 main copies, test/dataplane/CONFORMANCE.md
 		// row 23). Unlike a header_mutation filter after ext_proc, this
 		// needs no route lookup by a later filter.
-		RequestHeadersToRemove: []string{wire.ForwardedCertHeader},
+		// The identity filter's refusal marker never reaches one either (a marked request is answered
+		// by ext_proc or the Lua filter after it; this covers a failing script).
+		RequestHeadersToRemove: []string{wire.ForwardedCertHeader, wire.IdentityRefusedHeader},
 		ValidateClusters:       wrapperspb.Bool(false), // clusters named by header are checked per request
 	}, nil
 }

@@ -102,6 +102,7 @@ good is kept. After kubeadm renews the node's certificates, run it again: Envoy 
 	fs.IntVar(&o.FrontPort, "front-port", install.DefaultFrontPort, "port Envoy serves the front on (not the apiserver's)")
 	fs.StringVar(&o.HTTPListen, "http-listen", install.DefaultHTTPListen, "skewgate's loopback address for /healthz, /readyz, /metrics")
 	fs.StringArrayVar(&o.AllowedCIDRs, "allowed-cidr", nil, "passed to skewgate serve --allowed-cidr (repeatable)")
+	fs.BoolVar(&o.ForwardCertificateUID, "forward-certificate-uid", false, "passed to skewgate serve: only when every apiserver runs --requestheader-uid-headers=X-Remote-Uid (kubeadm does not set it; add it in ClusterConfiguration apiServer.extraArgs first)")
 	defaultImage := install.SkewgateImage(version)
 	if version == "dev" {
 		defaultImage = "" // a development build does not know its release: the flag is required

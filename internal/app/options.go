@@ -113,6 +113,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&e.ExtProcKeyFile, "envoy-extproc-key-file", e.ExtProcKeyFile, "Envoy: key of --envoy-extproc-cert-file")
 	fs.StringVar(&e.ExtProcSNI, "envoy-extproc-sni", e.ExtProcSNI, "Envoy: server name verified on the ext_proc certificate (default: its host)")
 	fs.DurationVar(&e.ExtProcTimeout, "extproc-timeout", e.ExtProcTimeout, "Envoy: how long it waits for ext_proc before taking the default route; 1ms to 10s")
+	fs.BoolVar(&e.ForwardCertificateUID, "forward-certificate-uid", e.ForwardCertificateUID, "Envoy: forward a client certificate's UID attribute as X-Remote-Uid; set it only when every apiserver runs --requestheader-uid-headers=X-Remote-Uid (kubeadm does not set it). Without it a certificate with a UID is refused (503), never sent on without its UID")
 	fs.DurationVar(&e.HealthCheckInterval, "health-check-interval", e.HealthCheckInterval, "Envoy: /readyz health check interval per apiserver; 100ms to 1m")
 
 	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, "json or console")

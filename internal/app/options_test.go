@@ -76,6 +76,7 @@ var goodOnly = map[string]string{
 	"trust-endpointslice":     "either value is safe",
 	"grpc-plaintext-loopback": "only relaxes the loopback rule of --xds-listen, --extproc-listen and --envoy-extproc-address, tested there",
 	"upstream-ca-file":        "any file (empty: the kubeconfig's CA); read when the first client is built",
+	"forward-certificate-uid": "either value is safe: off refuses certificates with a UID, on forwards it (xds and test/identity test both)",
 }
 
 func TestOptionsValidate(t *testing.T) {

@@ -40,6 +40,9 @@ type Options struct {
 	HTTPListen string
 	// AllowedCIDRs are passed to skewgate serve --allowed-cidr.
 	AllowedCIDRs []string
+	// ForwardCertificateUID renders skewgate serve --forward-certificate-uid: every apiserver reads
+	// X-Remote-Uid (--requestheader-uid-headers), which kubeadm does not set by itself.
+	ForwardCertificateUID bool
 	// SkewgateImage is skewgate's container image, required: the command's own release
 	// (SkewgateImage(version)) unless told otherwise. EnvoyImage defaults to DefaultEnvoyImage.
 	SkewgateImage, EnvoyImage string

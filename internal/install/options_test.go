@@ -201,3 +201,18 @@ func TestApplyRefusesAForeignDirectory(t *testing.T) {
 		t.Errorf("a manifest was written before the refusal: %v", err)
 	}
 }
+
+// TestForwardCertificateUIDRendered: the option renders skewgate serve --forward-certificate-uid, which
+// serve accepts, and without it the flag is absent (certificates with a UID are refused).
+func TestForwardCertificateUIDRendered(t *testing.T) {
+	for _, forward := range []bool{false, true} {
+		o := Options{NodeName: "cp-1", APIServerEndpoint: "10.0.0.11:6443", SkewgateImage: SkewgateImage("v0.9.0"), ForwardCertificateUID: forward}.WithDefaults()
+		args := o.ServeArgs()
+		if got := slices.Contains(args, "--forward-certificate-uid"); got != forward {
+			t.Errorf("ForwardCertificateUID %v: serve args %v", forward, args)
+		}
+		if err := checkServeArgs(args); err != nil {
+			t.Errorf("ForwardCertificateUID %v: serve refuses its args: %v", forward, err)
+		}
+	}
+}

@@ -57,6 +57,9 @@ func (o Options) ServeArgs() []string {
 	for _, c := range o.AllowedCIDRs {
 		args = append(args, "--allowed-cidr="+c)
 	}
+	if o.ForwardCertificateUID {
+		args = append(args, "--forward-certificate-uid")
+	}
 	return append(args,
 		"--xds-listen="+p.xdsSocket,
 		"--extproc-listen="+p.extprocSocket,

@@ -31,6 +31,10 @@
 //   - Route matching: safe_regex is RE2 in Latin-1 mode (every supported release); a header sent
 //     as several entries is matched joined with "," as 1.37 and 1.38 do, or value by value as
 //     1.39 and later do, by Config.EnvoyVersion; ignore_path_parameters_in_path_matching is refused.
+//   - Lua filter: envoy_on_request in gopher-lua (Lua 5.1 like LuaJIT, not LuaJIT) with only
+//     the API skewgate's identity script uses: headers get/add, respond as a local reply,
+//     downstreamSslConnection with BoringSSL's RFC 2253 subject, the digest, and validated false
+//     on a resumed session; a script error lets the request continue.
 //   - Router: NC with cluster_not_found_response_code for unknown or warming clusters;
 //     request_headers_to_remove/add at forwarding; retries only for the route's retry_on, with
 //     previous_hosts; generic upgrade payload held until 101 (a refused upgrade closes the

@@ -13,6 +13,7 @@ import (
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	extprocfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	headermutationv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/header_mutation/v3"
+	luav3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/lua/v3"
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"google.golang.org/protobuf/proto"
@@ -24,6 +25,7 @@ type filter struct {
 	name     string
 	mutation *headermutationv3.HeaderMutation
 	extProc  *extprocfilterv3.ExternalProcessor
+	lua      *luaFilter
 	router   bool
 }
 
@@ -81,6 +83,12 @@ func (d *DataPlane) buildChain(l *listenerv3.Listener) (*chain, error) {
 				return nil, fmt.Errorf("filter %s: body modes are not supported by the test data plane", hf.Name)
 			}
 			ch.filters = append(ch.filters, filter{name: hf.Name, extProc: cfg})
+		case *luav3.Lua:
+			lf, err := newLuaFilter(cfg, d.logf)
+			if err != nil {
+				return nil, fmt.Errorf("filter %s: %w", hf.Name, err)
+			}
+			ch.filters = append(ch.filters, filter{name: hf.Name, lua: lf})
 		case *routerv3.Router:
 			ch.filters = append(ch.filters, filter{name: hf.Name, router: true})
 		default:

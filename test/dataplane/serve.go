@@ -63,6 +63,16 @@ func (d *DataPlane) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			// The filter then looks up its per-route config: route() re-matches if the cache
 			// was cleared (header_mutation.cc decodeHeaders). It never clears the cache itself.
 			cache.route()
+		case f.lua != nil:
+			// onHeadersModified clears the route cache unless clear_route_cache is false; the
+			// next filter's route() re-matches.
+			if f.lua.onRequest(w, r, func() {
+				if f.lua.clearRouteCache {
+					cache.clear()
+				}
+			}) {
+				return
+			}
 		case f.extProc != nil:
 			s, done := d.extProcRequest(w, r, f, cache, view)
 			if done {

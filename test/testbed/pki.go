@@ -125,11 +125,14 @@ func (p *PKI) newCA(name, cn string) (*Issuer, CertPair, error) {
 type CertOptions struct {
 	CommonName   string
 	Organization []string
-	DNSNames     []string
-	IPs          []net.IP
-	Server       bool
-	NotBefore    time.Time // zero: an hour ago
-	NotAfter     time.Time // zero: a year from now
+	// ExtraNames are further subject attributes, after CN and O (e.g. the user UID, OID
+	// 1.3.6.1.4.1.57683.2, that 1.33+ apiservers read).
+	ExtraNames []pkix.AttributeTypeAndValue
+	DNSNames   []string
+	IPs        []net.IP
+	Server     bool
+	NotBefore  time.Time // zero: an hour ago
+	NotAfter   time.Time // zero: a year from now
 }
 
 // Issue signs a leaf certificate with ca and writes it as <name>.crt/<name>.key.
@@ -150,7 +153,7 @@ func (p *PKI) Issue(ca *Issuer, name string, o CertOptions) (CertPair, error) {
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(),
-		Subject:      pkix.Name{CommonName: o.CommonName, Organization: o.Organization},
+		Subject:      pkix.Name{CommonName: o.CommonName, Organization: o.Organization, ExtraNames: o.ExtraNames},
 		NotBefore:    o.NotBefore,
 		NotAfter:     o.NotAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
