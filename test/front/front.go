@@ -147,7 +147,9 @@ func Start(ctx context.Context, tb *testbed.Testbed, o Options) (*Front, error) 
 		"--front-address="+ip.String(), "--front-port="+strconv.Itoa(Port),
 		"--front-cert-file="+serving.Cert, "--front-key-file="+serving.Key, "--front-client-ca-file="+tb.PKI.CA.Cert,
 		"--envoy-upstream-ca-file="+tb.PKI.CA.Cert, "--front-proxy-cert-file="+tb.PKI.FrontProxyClient.Cert,
-		"--front-proxy-key-file="+tb.PKI.FrontProxyClient.Key, "--health-check-interval="+o.ProbeInterval.String())
+		"--front-proxy-key-file="+tb.PKI.FrontProxyClient.Key, "--health-check-interval="+o.ProbeInterval.String(),
+		// The testbed's apiservers read X-Remote-Uid (--requestheader-uid-headers).
+		"--forward-certificate-uid")
 	f := &Front{URL: "https://" + net.JoinHostPort(ip.String(), strconv.Itoa(Port)), Address: net.JoinHostPort(ip.String(), strconv.Itoa(Port)),
 		tb: tb, dir: o.Dir, ServingCert: serving, errorf: o.Errorf}
 	if sockDir != o.Dir {

@@ -146,7 +146,9 @@ func (n *Node) layout() (install.Options, error) {
 	a := n.tb.MustApiserver(n.Name)
 	io := install.Options{NodeName: a.Name, APIServerEndpoint: a.Address(), ConfigDir: filepath.Join(n.o.Dir, "etc"), SocketDir: n.o.Dir,
 		FrontPort: Port, HTTPListen: "127.0.0.1:0",
-		AllowedCIDRs: []string{netip.PrefixFrom(netip.MustParseAddr(a.IP.String()), 24).Masked().String()}}
+		// The testbed's apiservers read X-Remote-Uid (--requestheader-uid-headers).
+		ForwardCertificateUID: true,
+		AllowedCIDRs:          []string{netip.PrefixFrom(netip.MustParseAddr(a.IP.String()), 24).Masked().String()}}
 	links := map[string]string{
 		"envoy/apiserver.crt": n.ServingCert.Cert, "envoy/apiserver.key": n.ServingCert.Key, "envoy/ca.crt": n.tb.PKI.CA.Cert,
 		"envoy/front-proxy-client.crt": n.tb.PKI.FrontProxyClient.Cert, "envoy/front-proxy-client.key": n.tb.PKI.FrontProxyClient.Key,
