@@ -189,7 +189,10 @@ func downstreamTLS(ts *corev3.TransportSocket, secrets *secretStore) (*tls.Confi
 		if err != nil {
 			return nil, fmt.Errorf("listener certificate: %v", err)
 		}
-		cfg := &tls.Config{NextProtos: c.alpn, MinVersion: c.min, Certificates: []tls.Certificate{*crt}}
+		cfg := &tls.Config{NextProtos: c.alpn, MinVersion: c.min, Certificates: []tls.Certificate{*crt},
+			// disable_stateless_session_resumption: no session tickets. A Go server keeps no
+			// session-ID cache, so disable_stateful_session_resumption has nothing more to turn off.
+			SessionTicketsDisabled: ctx.GetDisableStatelessSessionResumption()}
 		if c.pool != nil {
 			if cfg.ClientCAs, err = c.pool(); err != nil {
 				return nil, err
@@ -198,6 +201,7 @@ func downstreamTLS(ts *corev3.TransportSocket, secrets *secretStore) (*tls.Confi
 			if require {
 				cfg.ClientAuth = tls.RequireAndVerifyClientCert
 			}
+			cfg.VerifyPeerCertificate = verifySSLClientPurpose
 		}
 		return cfg, nil
 	}}, nil
