@@ -199,7 +199,7 @@ func TestReadmeBenchClaims(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const faster = "The front is faster than the in-tree proxy at the median and at p99 in every row of `bench/results/results.md`"
+	const faster = "The front is faster than the in-tree proxy at the median in every row of `bench/results/results.md`"
 	if !strings.Contains(oneLine(string(readme)), faster) {
 		t.Fatalf("README no longer says %q: remove this check or restore the claim", faster)
 	}
@@ -225,7 +225,7 @@ func TestReadmeBenchClaims(t *testing.T) {
 		for _, b := range r.Latency {
 			if strings.HasPrefix(b.Target, "b.") && b.Resource == c.Resource && b.Verb == c.Verb && b.Rate == c.Rate {
 				rows++
-				if c.P50 >= b.P50 || c.P99 >= b.P99 {
+				if c.P50 >= b.P50 {
 					t.Errorf("README says %q, but %s %s at %d/s: front p50/p99 %.2f/%.2f ms, in-tree %.2f/%.2f ms", faster, c.Verb, c.Resource, c.Rate, c.P50, c.P99, b.P50, b.P99)
 				}
 			}
