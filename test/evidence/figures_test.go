@@ -93,7 +93,7 @@ var figures = []figure{
 	{e2e("TestColdStart"), "%s, %s and %s s here",
 		[]arg{fx(1, scaled(at("figures.nodes.old.bound_from_last_part_up_ms"), 1e-3)), fx(1, scaled(at("figures.nodes.new.bound_from_last_part_up_ms"), 1e-3)),
 			fx(1, scaled(at("figures.nodes.old2.bound_from_last_part_up_ms"), 1e-3))}},
-	{e2e("TestColdStartRestarts"), "skewgate restarted (%s s away) under 4 clients reading through its node's front; the restarted skewgate's informers held %s s",
+	{e2e("TestColdStartRestarts"), "skewgate restarted (SIGTERM, a new process %s s later) under 4 clients reading through its node's front; the restarted skewgate's informers held %s s",
 		[]arg{fx(0, scaled(at("figures.restart_skewgate.skewgate_away_ms"), 1e-3)), fx(1, scaled(at("figures.restart_skewgate.informers_held_ms"), 1e-3))}},
 	{e2e("TestColdStartRestarts"), "**%s requests, all 200**, the skewed API included", []arg{n(same(at("figures.restart_skewgate.requests"), or0("figures.restart_skewgate.by_outcome.200")))}},
 	{e2e("TestColdStartRestarts"), "(%s requests decided that way)", []arg{n(at("figures.restart_skewgate.unsynced_extproc_decisions"))}},
