@@ -192,50 +192,6 @@ func TestFigureHelpers(t *testing.T) {
 	}
 }
 
-// TestReadmeBenchClaims: README's claims over whole tables of make bench hold in its results.json.
-func TestReadmeBenchClaims(t *testing.T) {
-	top := root(t)
-	readme, err := os.ReadFile(filepath.Join(top, "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	const faster = "The front is faster than the in-tree proxy at the median in every row of `bench/results/results.md`"
-	if !strings.Contains(oneLine(string(readme)), faster) {
-		t.Fatalf("README no longer says %q: remove this check or restore the claim", faster)
-	}
-	data, err := os.ReadFile(filepath.Join(top, "bench", "results", bench))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var r struct {
-		Latency []struct {
-			Target, Resource, Verb string
-			Rate                   int
-			P50, P99               float64
-		} `json:"latency"`
-	}
-	if err := json.Unmarshal(data, &r); err != nil {
-		t.Fatal(err)
-	}
-	rows := 0
-	for _, c := range r.Latency {
-		if !strings.HasPrefix(c.Target, "c.") {
-			continue
-		}
-		for _, b := range r.Latency {
-			if strings.HasPrefix(b.Target, "b.") && b.Resource == c.Resource && b.Verb == c.Verb && b.Rate == c.Rate {
-				rows++
-				if c.P50 >= b.P50 {
-					t.Errorf("README says %q, but %s %s at %d/s: front p50/p99 %.2f/%.2f ms, in-tree %.2f/%.2f ms", faster, c.Verb, c.Resource, c.Rate, c.P50, c.P99, b.P50, b.P99)
-				}
-			}
-		}
-	}
-	if rows == 0 {
-		t.Error("results.json has no row with both the front and the in-tree proxy")
-	}
-}
-
 func TestMinSecAndWord(t *testing.T) {
 	doc := map[string]any{"w": 671.0, "a": "warm", "b": "warm", "c": "cold"}
 	if got, _ := minSec(at("w"))(doc); got != "11 min 11 s" {
