@@ -31,15 +31,12 @@ local REFUSED = "x-skewgate-identity-refused"
 local FORWARD_UID = false
 local CREDENTIAL_ID = "x-remote-extra-authentication.kubernetes.io%2fcredential-id"
 
-local function status(handle, code, reason, message, extra)
+local function status(handle, code, reason, message)
   local headers = {
     [":status"] = tostring(code),
     ["content-type"] = "application/json",
     ["cache-control"] = "no-cache, private",
   }
-  if extra then
-    headers["retry-after"] = "1"
-  end
   handle:respond(headers, '{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"'
     .. message .. '","reason":"' .. reason .. '","code":' .. code .. '}\n')
 end
@@ -223,7 +220,7 @@ function envoy_on_request(handle)
   if id.code == 401 then
     -- The apiserver's x509 authenticator fails; a bearer token would still be tried after it.
     if headers:get("authorization") == nil then
-      status(handle, 401, "Unauthorized", "Unauthorized", false)
+      status(handle, 401, "Unauthorized", "Unauthorized")
     end
     return
   elseif id.code == 503 then

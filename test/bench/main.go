@@ -19,6 +19,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/skewgate/skewgate/test/checkout"
 	"github.com/skewgate/skewgate/test/front"
 	"github.com/skewgate/skewgate/test/testbed"
 )
@@ -72,7 +73,7 @@ func main() {
 		res.Benchmarks, err = parseBenchmarks(res.ExtProc)
 		fatal(err)
 	}
-	res.Commit, res.Dirty = checkout()
+	res.Commit, res.Dirty = checkout.Current()
 	res.CPUs = runtime.NumCPU()
 	res.Failures = verdict(res)
 	res.Passed = len(res.Failures) == 0

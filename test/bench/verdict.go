@@ -2,22 +2,10 @@ package main
 
 import (
 	"fmt"
-	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
 )
-
-// checkout names the commit the run measured and whether code differed from it ("unknown" outside
-// a git checkout). bench/results, where the run writes, does not count as a change.
-func checkout() (commit string, dirty bool) {
-	out, err := exec.Command("git", "rev-parse", "HEAD").Output()
-	if err != nil {
-		return "unknown", true
-	}
-	st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no", "--", ":/", ":(top,exclude)bench/results").Output()
-	return strings.TrimSpace(string(out)), err != nil || len(strings.TrimSpace(string(st))) > 0
-}
 
 // verdict lists what the run shows that README's benchmark section says does not happen; a run
 // with any of it did not pass: the skewgate front answered every latency request without error,

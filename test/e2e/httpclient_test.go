@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"io"
@@ -16,6 +17,12 @@ import (
 // httpsClient trusts the cluster CA and presents cert (if any).
 func httpsClient(t *testing.T, tb *testbed.Testbed, cert *testbed.CertPair) *http.Client {
 	t.Helper()
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: clientTLS(t, tb, cert)}, Timeout: 20 * time.Second}
+}
+
+// clientTLS trusts the testbed's CA and presents cert, if any.
+func clientTLS(t *testing.T, tb *testbed.Testbed, cert *testbed.CertPair) *tls.Config {
+	t.Helper()
 	var pair testbed.CertPair
 	if cert != nil {
 		pair = *cert
@@ -24,7 +31,7 @@ func httpsClient(t *testing.T, tb *testbed.Testbed, cert *testbed.CertPair) *htt
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &http.Client{Transport: &http.Transport{TLSClientConfig: tc}, Timeout: 20 * time.Second}
+	return tc
 }
 
 func do(t *testing.T, c *http.Client, method, url, token string, headers ...string) (int, string, error) {

@@ -152,14 +152,7 @@ type identityClient struct {
 
 func newIdentityClient(t *testing.T, tb *testbed.Testbed, cert *testbed.CertPair) *identityClient {
 	t.Helper()
-	var pair testbed.CertPair
-	if cert != nil {
-		pair = *cert
-	}
-	tc, err := tb.TLSConfig(pair)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tc := clientTLS(t, tb, cert)
 	ic := &identityClient{}
 	d := &net.Dialer{Timeout: 5 * time.Second}
 	ic.c = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{

@@ -3,12 +3,13 @@ package e2e
 import (
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/skewgate/skewgate/test/checkout"
 )
 
 // ResultsEnv names a directory where every scenario also writes its figures: the numbers the README
@@ -49,7 +50,7 @@ func writeResults(t *testing.T, e *env, figures any) {
 		if err != nil {
 			load = []byte("unknown: " + err.Error())
 		}
-		commit, dirty := checkout()
+		commit, dirty := checkout.Current()
 		r := results{Test: t.Name(), Passed: !t.Failed(), Commit: commit, Dirty: dirty, DataPlane: dataPlane,
 			Finished: time.Now().UTC(), CPUs: runtime.NumCPU(), LoadAverage: strings.TrimSpace(string(load)), Figures: figures}
 		data, err := json.MarshalIndent(r, "", "  ")
@@ -73,15 +74,4 @@ func writeResults(t *testing.T, e *env, figures any) {
 		}
 		t.Logf("results:\n%s", data)
 	})
-}
-
-// checkout names the commit the test ran at, and whether code differed from it ("unknown" outside a
-// git checkout). Result files themselves do not count as a change.
-func checkout() (commit string, dirty bool) {
-	out, err := exec.Command("git", "rev-parse", "HEAD").Output()
-	if err != nil {
-		return "unknown", true
-	}
-	st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no", "--", ":/", ":(top,exclude)bench/results").Output()
-	return strings.TrimSpace(string(out)), err != nil || len(strings.TrimSpace(string(st))) > 0
 }
