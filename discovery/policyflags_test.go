@@ -9,14 +9,14 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/skewgate/skewgate/discovery"
-	"github.com/skewgate/skewgate/internal/app"
+	"github.com/skewgate/skewgate/serve/options"
 )
 
 // The policy's refusal tells the operator which flags allow an address: every flag it names is one
 // `skewgate serve` has (it once named --upstream-cidrs, which does not exist).
 func TestAddressRefusalNamesServeFlags(t *testing.T) {
 	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
-	app.NewOptions().AddFlags(fs)
+	options.NewOptions().AddFlags(fs)
 	err := discovery.CheckAddress(discovery.AddressPolicy{}, "10.9.9.9:6443")
 	if err == nil {
 		t.Fatal("an address in no CIDR, of no static upstream, was allowed")

@@ -1,4 +1,4 @@
-package app
+package serve
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/skewgate/skewgate/internal/testuid"
+	"github.com/skewgate/skewgate/serve/options"
 )
 
 // extprocDialEnv makes the test binary a fake Envoy on the ext_proc socket it names: it sends one
@@ -101,7 +102,7 @@ func TestExtProcAdmitsOnlyEnvoysUID(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	srv, _, _ := startServer(t, ctx, func(o *Options) {
+	srv, _, _ := startServer(t, ctx, func(o *options.Options) {
 		o.XDSListen, o.ExtProcListen = "unix://"+filepath.Join(dir, "xds.sock"), "unix://"+filepath.Join(dir, "extproc.sock")
 		o.GRPCPlaintextLoopback = false
 		o.Envoy.ExtProcAddress = ""

@@ -1,4 +1,4 @@
-package install
+package kubeadm
 
 import (
 	rbacv1 "k8s.io/api/rbac/v1"

@@ -1,4 +1,4 @@
-package app
+package serve
 
 import (
 	"context"
@@ -21,11 +21,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap/zaptest"
 	"k8s.io/client-go/util/cert"
+
+	"github.com/skewgate/skewgate/serve/options"
 )
 
 // startServer starts a Server on loopback listeners with a kubeconfig whose apiserver is unreachable:
 // the components run, nothing is discovered.
-func startServer(t *testing.T, ctx context.Context, mut ...func(*Options)) (*Server, <-chan error, Listeners) {
+func startServer(t *testing.T, ctx context.Context, mut ...func(*options.Options)) (*Server, <-chan error, Listeners) {
 	t.Helper()
 	dir := t.TempDir()
 	ca, _, err := cert.GenerateSelfSignedCertKey("localhost", nil, nil)
@@ -45,7 +47,7 @@ current-context: c
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	o := NewOptions()
+	o := options.NewOptions()
 	o.Kubeconfig = kc
 	o.StaticUpstreams = []string{"cp-1=127.0.0.1:1"}
 	o.Envoy.ServingCertFile, o.Envoy.ServingKeyFile = "/pki/front.crt", "/pki/front.key"
@@ -192,7 +194,7 @@ func TestGRPCCertificateReload(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	srv, _, _ := startServer(t, ctx, func(o *Options) {
+	srv, _, _ := startServer(t, ctx, func(o *options.Options) {
 		o.GRPCCertFile, o.GRPCKeyFile, o.GRPCClientCAFile = certFile, keyFile, certFile
 	})
 	pool := x509.NewCertPool()

@@ -1,4 +1,4 @@
-package app
+package serve
 
 import (
 	"context"
@@ -25,6 +25,7 @@ import (
 	"github.com/skewgate/skewgate/extproc"
 	"github.com/skewgate/skewgate/internal/certs"
 	"github.com/skewgate/skewgate/internal/grpcutil"
+	"github.com/skewgate/skewgate/serve/options"
 	"github.com/skewgate/skewgate/xds"
 )
 
@@ -44,8 +45,6 @@ type Server struct {
 	components *group
 }
 
-func inCluster() bool { return os.Getenv("KUBERNETES_SERVICE_HOST") != "" }
-
 // NewLogger builds the zap logger the options ask for.
 func NewLogger(format, level string) (*zap.Logger, error) {
 	cfg := zap.NewProductionConfig()
@@ -60,14 +59,23 @@ func NewLogger(format, level string) (*zap.Logger, error) {
 	return cfg.Build()
 }
 
-func restConfig(o *Options) (*rest.Config, error) {
-	if o.Kubeconfig == "" && inCluster() {
+func restConfig(o *options.Options) (*rest.Config, error) {
+	if o.Kubeconfig == "" && options.InCluster() {
 		return rest.InClusterConfig()
 	}
 	if o.Kubeconfig == "" {
 		return nil, errors.New("no kubeconfig")
 	}
 	return clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+}
+
+// staticUpstreams converts the parsed --static-upstream flags into discovery's type.
+func staticUpstreams(in []options.StaticUpstream) []discovery.StaticUpstream {
+	out := make([]discovery.StaticUpstream, 0, len(in))
+	for _, u := range in {
+		out = append(out, discovery.StaticUpstream{Name: u.Name, Address: u.Address})
+	}
+	return out
 }
 
 // listen opens host:port or unix:///path (replacing a stale socket file; a missing directory is
@@ -97,7 +105,7 @@ func stopped(ctx context.Context, err error) error {
 // Start builds everything and starts serving; it returns once listeners are open. The channel
 // delivers nil after ctx ends and every component stopped, or the error of the first component that
 // failed: that ends the others too (see group).
-func Start(ctx context.Context, o *Options, lis Listeners, log *zap.Logger) (_ *Server, _ <-chan error, err error) {
+func Start(ctx context.Context, o *options.Options, lis Listeners, log *zap.Logger) (_ *Server, _ <-chan error, err error) {
 	g := newGroup(ctx)
 	defer func() {
 		if err != nil {
@@ -113,11 +121,11 @@ func Start(ctx context.Context, o *Options, lis Listeners, log *zap.Logger) (_ *
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	dcfg := discovery.Config{
-		Static: o.static, Policy: discovery.AddressPolicy{CIDRs: o.cidrs}, TrustEndpointSlice: o.TrustEndpointSlice,
+		Static: staticUpstreams(o.Static()), Policy: discovery.AddressPolicy{CIDRs: o.CIDRs()}, TrustEndpointSlice: o.TrustEndpointSlice,
 		StaleAfter: o.StaleAfter, ProbeInterval: o.ProbeInterval, PollInterval: o.PollInterval, MaxUpstreams: o.MaxUpstreams,
 		Logger: log, Registry: reg,
 	}
-	if o.Kubeconfig != "" || inCluster() {
+	if o.Kubeconfig != "" || options.InCluster() {
 		rc, err := restConfig(o)
 		if err != nil {
 			return nil, nil, fmt.Errorf("kubeconfig: %w", err)
@@ -140,7 +148,7 @@ func Start(ctx context.Context, o *Options, lis Listeners, log *zap.Logger) (_ *
 	if err != nil {
 		return nil, nil, err
 	}
-	xs, err := xds.New(g.ctx, xds.Config{Options: o.Envoy, Source: ctrl, Grace: o.Grace, Logger: log, Registry: reg})
+	xs, err := xds.New(g.ctx, xds.Config{Options: xds.Options(o.Envoy), Source: ctrl, Grace: o.Grace, Logger: log, Registry: reg})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -1,4 +1,4 @@
-package install
+package kubeadm
 
 import (
 	"bytes"
@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
 
-	"github.com/skewgate/skewgate/internal/app"
+	"github.com/skewgate/skewgate/serve/options"
 	"github.com/skewgate/skewgate/xds"
 )
 
@@ -144,7 +144,7 @@ func RBACYAML() ([]byte, error) { return objectsYAML(RBAC()...) }
 // checkServeArgs parses args with serve's own flags and validation, so the pod never runs with a
 // flag serve does not know or refuses.
 func checkServeArgs(args []string) error {
-	so := app.NewOptions()
+	so := options.NewOptions()
 	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
 	so.AddFlags(fs)
 	if err := fs.Parse(args[1:]); err != nil {

@@ -1,16 +1,14 @@
-// Package app runs skewgate's control plane in one process: discovery, the xDS server, the ext_proc
-// server and an HTTP endpoint for health, metrics and the Topology. cmd/skewgate only parses flags
-// into Options; tests call Run directly with listeners they opened.
-package app
+// Package options holds what `skewgate serve` can be told: the Options, their flags and their
+// validation. It is a leaf: it imports no runtime package (discovery, xds, extproc, serve), so
+// `skewgate kubeadm install` validates the serve flags it renders without linking the control plane.
+// serve converts the plain values here into each part's own configuration.
+package options
 
 import (
 	"net/netip"
 	"time"
 
 	"github.com/spf13/pflag"
-
-	"github.com/skewgate/skewgate/discovery"
-	"github.com/skewgate/skewgate/xds"
 )
 
 // Options is everything `skewgate serve` can be told.
@@ -37,7 +35,7 @@ type Options struct {
 	Grace                 time.Duration
 
 	// What Envoy is told (paths on the Envoy host).
-	Envoy xds.Options
+	Envoy Envoy
 
 	LogFormat, LogLevel string
 	Pprof               bool
@@ -46,9 +44,21 @@ type Options struct {
 	// from NewOptions, and a zero is refused, not replaced.
 	fromFlags bool
 	// Parsed by Validate.
-	static []discovery.StaticUpstream
+	static []StaticUpstream
 	cidrs  []netip.Prefix
 }
+
+// Static is the parsed --static-upstream list (set by Validate).
+func (o *Options) Static() []StaticUpstream { return o.static }
+
+// CIDRs is the parsed --allowed-cidr list (set by Validate).
+func (o *Options) CIDRs() []netip.Prefix { return o.cidrs }
+
+// DefaultMaxUpstreams is --max-upstreams' default. A control plane runs 3 to 5 apiservers, twice
+// that during a surge upgrade; 64 leaves ample room while bounding what forged Leases can cost: one
+// worker probing every --probe-interval per upstream, and in every Envoy two clusters (HTTP/2 and
+// HTTP/1.1) per upstream, each health-checked every second.
+const DefaultMaxUpstreams = 64
 
 // The gRPC listeners by default: unix sockets in the directory `skewgate kubeadm install` creates
 // root-only, where the kernel names each peer's uid (internal/grpcutil/peer.go).
@@ -64,14 +74,14 @@ func NewOptions() *Options {
 		StaleAfter:         30 * time.Second,
 		ProbeInterval:      2 * time.Second,
 		PollInterval:       30 * time.Second,
-		MaxUpstreams:       discovery.DefaultMaxUpstreams,
+		MaxUpstreams:       DefaultMaxUpstreams,
 		XDSListen:          DefaultXDSListen,
 		ExtProcListen:      DefaultExtProcListen,
 		HTTPListen:         "127.0.0.1:18080",
 		Grace:              time.Minute,
 		LogFormat:          "json",
 		LogLevel:           "info",
-		Envoy:              xds.Options{ListenAddress: "0.0.0.0", ListenPort: 6443, ExtProcTimeout: 500 * time.Millisecond, HealthCheckInterval: time.Second},
+		Envoy:              Envoy{}.withDefaults(),
 	}
 }
 
@@ -128,6 +138,6 @@ func (o *Options) Complete() {
 		o.Envoy.ExtProcAddress = o.ExtProcListen
 	}
 	if !o.fromFlags {
-		o.Envoy = o.Envoy.WithDefaults()
+		o.Envoy = o.Envoy.withDefaults()
 	}
 }

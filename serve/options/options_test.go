@@ -1,4 +1,4 @@
-package app
+package options
 
 import (
 	"errors"

@@ -1,4 +1,4 @@
-package install
+package kubeadm
 
 import (
 	"bytes"
@@ -31,7 +31,7 @@ func golden(t *testing.T, n *node, name string, got []byte) {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(want, got) {
-		t.Errorf("%s is stale (go test ./internal/install -update):\n%s", path, got)
+		t.Errorf("%s is stale (go test ./kubeadm -update):\n%s", path, got)
 	}
 }
 

@@ -1,4 +1,4 @@
-package app
+package serve
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/util/cert"
+
+	"github.com/skewgate/skewgate/serve/options"
 )
 
 var metricName = regexp.MustCompile(`skewgate_[a-z_]+`)
@@ -42,7 +44,7 @@ func registered(t *testing.T) map[string]metric {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	srv, _, _ := startServer(t, ctx, func(o *Options) {
+	srv, _, _ := startServer(t, ctx, func(o *options.Options) {
 		o.GRPCCertFile, o.GRPCKeyFile, o.GRPCClientCAFile = certFile, keyFile, certFile
 	})
 	out := map[string]metric{}
@@ -117,7 +119,7 @@ func documented(t *testing.T, readme string) map[string]metric {
 // TestMetricsDocumented: README's metrics table and the registry Start builds list the same
 // metrics with the same labels and types, and the dashboard uses only metrics that exist.
 func TestMetricsDocumented(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +152,7 @@ func TestMetricsDocumented(t *testing.T) {
 		}
 	}
 	t.Logf("%d metrics compared, %d of them with a series (type checked)", len(reg), typed)
-	dash, err := os.ReadFile("../../deploy/grafana/skewgate-dashboard.json")
+	dash, err := os.ReadFile("../deploy/grafana/skewgate-dashboard.json")
 	if err != nil {
 		t.Fatal(err)
 	}
