@@ -14,7 +14,6 @@ const (
 	OutcomeDefault     = "default"     // no routing header: every upstream serves it, or none does
 	OutcomeRouted      = "routed"      // routed to a capability-set or upstream cluster
 	OutcomeUnavailable = "unavailable" // 503: capable upstreams exist, none is ready
-	OutcomePending     = "pending"     // 503: the capable set's cluster is not in every Envoy yet
 	OutcomeDiscovery   = "discovery"   // discovery the front serves merged once an apiserver authorizes the request
 	OutcomeOpenAPI     = "openapi"     // an OpenAPI v3 index or document the front serves once an apiserver authorizes the request
 	OutcomePassthrough = "passthrough" // non-resource request, or discovery an apiserver answers itself (profile=nopeer)
@@ -40,7 +39,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		decisions: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "skewgate_extproc_decisions_total",
-			Help: "Routing decisions by outcome (default, routed, unavailable, pending, discovery, openapi, passthrough, unsynced, invalid, identity_refused).",
+			Help: "Routing decisions by outcome (default, routed, unavailable, discovery, openapi, passthrough, unsynced, invalid, identity_refused).",
 		}, []string{"outcome"}),
 		latency: f.NewHistogram(prometheus.HistogramOpts{
 			Name:    "skewgate_extproc_decision_duration_seconds",
@@ -75,7 +74,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for _, r := range append(slices.Clone(wire.IdentityRefusalReasons), wire.IdentityRefusalOther) {
 		m.identityRefused.WithLabelValues(r)
 	}
-	for _, o := range []string{OutcomeDefault, OutcomeRouted, OutcomeUnavailable, OutcomePending, OutcomeDiscovery, OutcomeOpenAPI, OutcomePassthrough, OutcomeUnsynced, OutcomeInvalid, OutcomeIdentityRefused} {
+	for _, o := range []string{OutcomeDefault, OutcomeRouted, OutcomeUnavailable, OutcomeDiscovery, OutcomeOpenAPI, OutcomePassthrough, OutcomeUnsynced, OutcomeInvalid, OutcomeIdentityRefused} {
 		m.decisions.WithLabelValues(o)
 	}
 	return m

@@ -24,29 +24,21 @@ import (
 	"github.com/skewgate/skewgate/internal/wire"
 )
 
-// TopologySource is what the service needs from discovery.
+// TopologySource is the one thing the service reads: the Topology every connected Envoy has
+// acknowledged (xds.Server.Current, the one ACK gate), so every cluster a decision names is in every
+// Envoy (make-before-break), and nil while there is none (Envoy's route table decides). Not
+// discovery's newest: a Topology Envoy has not acknowledged may name clusters it lacks.
 type TopologySource interface {
 	Current() *discovery.Topology
-}
-
-// ClusterGate says whether a cluster may be named yet: every Envoy has acknowledged it (xds).
-type ClusterGate interface {
-	ClusterReady(cluster string) bool
 }
 
 // Option configures a Server.
 type Option func(*Server)
 
-// WithClusterGate makes the service name only clusters g reports ready; a request that needs a
-// cluster Envoy does not have yet gets a 503 with Retry-After (make-before-break), never a
-// "cluster not found" or a wrong 404.
-func WithClusterGate(g ClusterGate) Option { return func(s *Server) { s.gate = g } }
-
 // Server implements envoy.service.ext_proc.v3.ExternalProcessor.
 type Server struct {
 	extprocv3.UnimplementedExternalProcessorServer
 	src     TopologySource
-	gate    ClusterGate
 	log     *zap.Logger
 	metrics *metrics
 
@@ -306,18 +298,10 @@ func (s *Server) decide(r *headersRead) (string, *extprocv3.ProcessingResponse, 
 	return OutcomeDefault, s.continueWith(all), nil
 }
 
-// routeTo sends the request to the cluster of d's set, once every Envoy has it.
+// routeTo sends the request to the cluster of d's set (in every Envoy: t is the acknowledged
+// Topology, see TopologySource).
 func (s *Server) routeTo(r *headersRead, t *discovery.Topology, c Request, d discovery.Decision, anonymous bool) (string, *extprocv3.ProcessingResponse, *pending) {
-	cluster := r.target(s.clustersFor(t).of(d.Set), anonymous)
-	if s.gate != nil && !s.gate.ClusterReady(cluster) {
-		what := "the API schemas"
-		if c.Kind == Resource {
-			what = c.Key.String()
-		}
-		return OutcomePending, immediate(http.StatusServiceUnavailable, string(metav1.StatusReasonServiceUnavailable),
-			fmt.Sprintf("routing to the apiservers that serve %s is being set up, retry", what)), nil
-	}
-	return OutcomeRouted, s.continueWith(cluster), nil
+	return OutcomeRouted, s.continueWith(r.target(s.clustersFor(t).of(d.Set), anonymous)), nil
 }
 
 // target is the twin of cluster that carries this request: the HTTP/1.1 twin for an upgrade (exec,

@@ -175,7 +175,7 @@ func Start(ctx context.Context, o *options.Options, lis Listeners, log *zap.Logg
 	}
 	xg := grpc.NewServer(grpcutil.ServerOptions(10000, 16<<20, creds("xds"))...)
 	xs.Register(xg)
-	eg := extproc.NewGRPCServer(extproc.NewServer(xs, log, reg, extproc.WithClusterGate(xs)), extproc.GRPCOptions{ServerOptions: []grpc.ServerOption{creds("extproc")}})
+	eg := extproc.NewGRPCServer(extproc.NewServer(xs, log, reg), extproc.GRPCOptions{ServerOptions: []grpc.ServerOption{creds("extproc")}})
 
 	for _, l := range []struct {
 		lis  *net.Listener

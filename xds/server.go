@@ -148,12 +148,9 @@ func (s *Server) Register(g *grpc.Server) {
 	secretservice.RegisterSecretDiscoveryServiceServer(g, s.xds)
 }
 
-// ClusterReady reports whether every connected Envoy has acknowledged cluster; ext_proc names only
-// such clusters.
-func (s *Server) ClusterReady(cluster string) bool { return s.acks.Ready(cluster) }
-
-// Current returns the Topology ext_proc decides with: the newest one whose snapshot every connected
-// Envoy has acknowledged, nil while there is none (acktopology.go).
+// Current returns the Topology ext_proc decides with, the one ACK gate: the newest one whose
+// snapshot every connected Envoy has acknowledged, nil while there is none (acktopology.go). Every
+// cluster its decisions name is in every counted Envoy; ext_proc reads nothing else.
 func (s *Server) Current() *discovery.Topology { return s.acks.currentTopology() }
 
 // Unexpressed lists the skewed keys of the published snapshot that have no route of their own in
