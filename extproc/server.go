@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -19,6 +18,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
 
 	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/internal/wire"
@@ -46,14 +46,18 @@ type Server struct {
 	frontOpenAPI   perTopology[*frontOpenAPI]
 	clusterNames   perTopology[*clusterNames]
 	slots          *slots // the front's answers in flight (frontlimit.go)
+	clock          clock.PassiveClock
 }
+
+// WithClock sets the clock decision durations are measured with [the real clock].
+func WithClock(c clock.PassiveClock) Option { return func(s *Server) { s.clock = c } }
 
 // NewServer returns a Server reading from src.
 func NewServer(src TopologySource, log *zap.Logger, reg prometheus.Registerer, opts ...Option) *Server {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	s := &Server{src: src, log: log.Named("extproc"), metrics: newMetrics(reg), slots: newSlots(defaultSlots(), defaultSlotWait)}
+	s := &Server{src: src, log: log.Named("extproc"), metrics: newMetrics(reg), slots: newSlots(defaultSlots(), defaultSlotWait), clock: clock.RealClock{}}
 	for _, o := range opts {
 		o(s)
 	}
@@ -191,7 +195,7 @@ func (r *headersRead) first(bit uint8, dst **corev3.HeaderValue, v *corev3.Heade
 // itself it also returns how to build the answer once the upstream's response headers show the
 // request is authorized (pending); it builds nothing.
 func (s *Server) requestHeaders(h *extprocv3.HttpHeaders, anonymous bool) (*extprocv3.ProcessingResponse, *pending) {
-	start := time.Now()
+	start := s.clock.Now()
 	r := headersRead{anonymous: anonymous}
 	for _, hv := range h.GetHeaders().GetHeaders() {
 		switch k := strings.ToLower(hv.Key); {
@@ -223,7 +227,7 @@ func (s *Server) requestHeaders(h *extprocv3.HttpHeaders, anonymous bool) (*extp
 	}
 	outcome, resp, p := s.decide(&r)
 	s.metrics.decisions.WithLabelValues(outcome).Inc()
-	s.metrics.latency.Observe(time.Since(start).Seconds())
+	s.metrics.latency.Observe(s.clock.Since(start).Seconds())
 	if ce := s.log.Check(zap.DebugLevel, "decision"); ce != nil {
 		ce.Write(zap.String("method", r.method), zap.String("path", r.path), zap.String("outcome", outcome))
 	}
