@@ -60,7 +60,7 @@ fuzz:
 test-unit:
 	$(GO) test -short -race -count=1 ./...
 
-$(TESTBED_DIR)/testbed: $(shell find test cmd internal discovery extproc xds -name '*.go' -not -name '*_test.go')
+$(TESTBED_DIR)/testbed: $(shell find test cmd internal serve kubeadm discovery extproc xds -name '*.go' -not -name '*_test.go')
 	$(GO) build -o $@ ./test/testbed/cmd/testbed
 
 testbed-up: testbed-bins $(TESTBED_DIR)/testbed

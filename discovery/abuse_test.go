@@ -208,16 +208,29 @@ func TestMaxUpstreamsInController(t *testing.T) {
 	if len(topo.Ignored) != 3 {
 		t.Errorf("ignored %+v, want the 3 refused Leases", topo.Ignored)
 	}
+	var last time.Time
 	for round := range 3 {
 		for _, l := range objs {
-			l.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
+			last = time.Now()
+			l.Spec.RenewTime = &metav1.MicroTime{Time: last}
 			l.ResourceVersion = ""
 			if _, err := client.CoordinationV1().Leases(LeaseNamespace).Update(ctx, l, metav1.UpdateOptions{}); err != nil {
 				t.Fatal(round, err)
 			}
 		}
 	}
-	time.Sleep(200 * time.Millisecond) // let the renewals be processed; nothing should be logged for them
+	// A sync that reads every renewal: nothing should be logged for them.
+	poll(t, 10*time.Second, "the informer to see the last renewal", func() bool {
+		for _, l := range c.leases() {
+			if l.Name == objs[len(objs)-1].Name {
+				return l.Spec.RenewTime.Time.Equal(last)
+			}
+		}
+		return false
+	})
+	before := c.syncs.Load()
+	c.requestSync()
+	poll(t, 10*time.Second, "a sync after the renewals", func() bool { return c.syncs.Load() > before })
 	if got := logs.FilterField(zap.String("reason", IgnoredMaxUpstreams)).Len(); got != 1 {
 		t.Errorf("%d log lines about refused Leases, want 1 (one for the 3 Leases refused at once)", got)
 	}

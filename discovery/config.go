@@ -9,6 +9,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
 )
 
 // Config configures a Controller. Zero durations take the defaults in brackets.
@@ -43,7 +44,9 @@ type Config struct {
 
 	Logger   *zap.Logger
 	Registry prometheus.Registerer
-	Now      func() time.Time
+	// Clock is the one clock of the controller (Lease staleness, probes, refetches, the work queue,
+	// durations); tests pass a fake one and step it [clock.RealClock].
+	Clock clock.WithTicker
 }
 
 func (c *Config) defaults() {
@@ -74,8 +77,8 @@ func (c *Config) defaults() {
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
 	}
-	if c.Now == nil {
-		c.Now = time.Now
+	if c.Clock == nil {
+		c.Clock = clock.RealClock{}
 	}
 }
 

@@ -105,7 +105,7 @@ func New(cfg Config) (*Controller, error) {
 	if _, err := newFetcher(cfg.Upstream, "127.0.0.1:443", cfg.MaxDocumentBytes); err != nil {
 		return nil, fmt.Errorf("discovery: upstream client: %w", err)
 	}
-	now := time.Now()
+	now := cfg.Clock.Now()
 	return &Controller{
 		cfg:     cfg,
 		log:     cfg.Logger.Named("discovery"),
@@ -114,7 +114,8 @@ func New(cfg Config) (*Controller, error) {
 		started: now,
 		// The default controller limiter: per-key exponential backoff (reset by Forget after every
 		// item, so 5 ms) and 10 syncs a second overall with bursts of 100, which coalesces churn.
-		queue:             workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Clock: cfg.Clock}),
 		leases:            func() []*coordinationv1.Lease { return nil },
 		slices:            func() []*discoveryv1.EndpointSlice { return nil },
 		apiServices:       func() []*metav1.PartialObjectMetadata { return nil },
@@ -154,7 +155,7 @@ func (c *Controller) refetchAll() { c.queue.Add(keyRefetchAll) }
 // changes with the object) and again openAPILag after the last such event (the OpenAPI changes
 // about a second later). Both coalesce in the queue.
 func (c *Controller) refetchAfterAPIChange() {
-	c.apiEvent.Store(time.Now().UnixNano())
+	c.apiEvent.Store(c.cfg.Clock.Now().UnixNano())
 	c.refetchAll()
 	c.queue.AddAfter(keyRefetchLate, c.openAPILag)
 }
@@ -219,7 +220,7 @@ func (c *Controller) process(ctx context.Context, key string) {
 	case key == keySync:
 		if next := c.sync(ctx); !next.IsZero() {
 			// The delaying queue keeps the earliest of several pending AddAfter of one key.
-			c.queue.AddAfter(keySync, max(next.Sub(c.cfg.Now()), time.Millisecond))
+			c.queue.AddAfter(keySync, max(next.Sub(c.cfg.Clock.Now()), time.Millisecond))
 		}
 		c.syncs.Add(1)
 	case key == keyRefetchAll:
@@ -229,7 +230,7 @@ func (c *Controller) process(ctx context.Context, key string) {
 	case key == keyRefetchLate:
 		// The delaying queue keeps the earliest of several pending AddAfter of one key: a later event
 		// moves the refetch to openAPILag after it.
-		if wait := time.Until(time.Unix(0, c.apiEvent.Load()).Add(c.openAPILag)); wait > 0 {
+		if wait := time.Unix(0, c.apiEvent.Load()).Add(c.openAPILag).Sub(c.cfg.Clock.Now()); wait > 0 {
 			c.queue.AddAfter(keyRefetchLate, wait)
 			return
 		}

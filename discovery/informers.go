@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"time"
 
 	"go.uber.org/zap"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -104,7 +103,7 @@ func (c *Controller) leaseHandler() cache.ResourceEventHandler {
 	changed := func() {
 		c.mu.Lock()
 		if c.leaseEvent.IsZero() {
-			c.leaseEvent = time.Now()
+			c.leaseEvent = c.cfg.Clock.Now()
 		}
 		c.mu.Unlock()
 		c.requestSync()
@@ -137,7 +136,7 @@ func (c *Controller) leaseChanged(o, n *coordinationv1.Lease) bool {
 	if n.Spec.RenewTime == nil {
 		return false
 	}
-	now := c.cfg.Now()
+	now := c.cfg.Clock.Now()
 	live := func(l *coordinationv1.Lease) bool { return l.Spec.RenewTime.Add(c.cfg.StaleAfter).After(now) }
 	return !live(o) || !live(n)
 }

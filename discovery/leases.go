@@ -63,6 +63,38 @@ type leaseView struct {
 // without one, the hostname is refused while it is contested.
 func readLeases(leases []*coordinationv1.Lease, static []StaticUpstream, policy AddressPolicy, endpoints []netip.AddrPort, now time.Time, staleAfter time.Duration, answering map[string]bool) leaseView {
 	var v leaseView
+	trusted, byName := staticCandidates(static, endpoints)
+	hosts, byHost := liveLeasesByHost(&v, leases, now, staleAfter, answering)
+	for _, host := range hosts {
+		l, ok := v.trustedClaim(host, byHost[host])
+		if !ok {
+			continue
+		}
+		holder := ""
+		if l.Spec.HolderIdentity != nil {
+			holder = *l.Spec.HolderIdentity
+		}
+		if c, ok := byName[host]; ok {
+			if c.Source == SourceStatic {
+				c.Source, c.LeaseName, c.Holder = SourceLeaseStatic, l.Name, holder
+			}
+			continue
+		}
+		if ap, ok := v.leaseAddress(l, host, policy, trusted); ok {
+			byName[host] = &candidate{Name: host, Address: ap.String(), Source: SourceLease, LeaseName: l.Name, Holder: holder, created: l.CreationTimestamp.Time}
+		}
+	}
+	for _, c := range byName {
+		v.candidates = append(v.candidates, *c)
+	}
+	slices.SortFunc(v.candidates, func(a, b candidate) int { return strings.Compare(a.Name, b.Name) })
+	sortIgnored(v.ignored)
+	return v
+}
+
+// staticCandidates returns the addresses a Lease annotation may name without a CIDR (the
+// EndpointSlice's and the static upstreams'), and a candidate per static upstream by name.
+func staticCandidates(static []StaticUpstream, endpoints []netip.AddrPort) (map[netip.AddrPort]bool, map[string]*candidate) {
 	trusted := map[netip.AddrPort]bool{}
 	for _, ep := range endpoints {
 		trusted[ep] = true
@@ -74,7 +106,12 @@ func readLeases(leases []*coordinationv1.Lease, static []StaticUpstream, policy 
 		}
 		byName[s.Name] = &candidate{Name: s.Name, Address: s.Address, Source: SourceStatic}
 	}
-	// Live Leases by hostname, each list sorted by Lease name.
+	return trusted, byName
+}
+
+// liveLeasesByHost groups the live Leases (and the stale ones of apiservers still answering our
+// probes) by hostname, the hostnames sorted, and records the earliest expiry in v.
+func liveLeasesByHost(v *leaseView, leases []*coordinationv1.Lease, now time.Time, staleAfter time.Duration, answering map[string]bool) ([]string, map[string][]*coordinationv1.Lease) {
 	byHost := map[string][]*coordinationv1.Lease{}
 	var hosts []string
 	for _, l := range leases {
@@ -99,55 +136,48 @@ func readLeases(leases []*coordinationv1.Lease, static []StaticUpstream, policy 
 		byHost[host] = append(byHost[host], l)
 	}
 	slices.Sort(hosts)
-	for _, host := range hosts {
-		claims := byHost[host]
-		l := claims[0]
-		if len(claims) > 1 {
-			slices.SortFunc(claims, func(a, b *coordinationv1.Lease) int { return strings.Compare(a.Name, b.Name) })
-			want := identityLeaseName(host)
-			i := slices.IndexFunc(claims, func(l *coordinationv1.Lease) bool { return l.Name == want })
-			for j, c := range claims {
-				if j != i {
-					v.ignored = append(v.ignored, IgnoredLease{Lease: c.Name, Hostname: host, Reason: IgnoredContested,
-						Hint: "another live identity Lease claims this kubernetes.io/hostname; only " + want + " (the name the apiserver gives its own Lease) is trusted for it"})
-				}
-			}
-			if i < 0 {
-				continue
-			}
-			l = claims[i]
-		}
-		holder := ""
-		if l.Spec.HolderIdentity != nil {
-			holder = *l.Spec.HolderIdentity
-		}
-		if c, ok := byName[host]; ok {
-			if c.Source == SourceStatic {
-				c.Source, c.LeaseName, c.Holder = SourceLeaseStatic, l.Name, holder
-			}
-			continue
-		}
-		ann, ok := l.Annotations[PeerAddressAnnotation]
-		if !ok {
-			v.ignored = append(v.ignored, IgnoredLease{Lease: l.Name, Hostname: host, Reason: IgnoredNoAddress,
-				Hint: "no " + PeerAddressAnnotation + " annotation (apiservers before 1.36 write none): add --static-upstream=" + host + "=<ip>:<port>"})
-			continue
-		}
-		ap, reason, err := policy.check(ann, trusted)
-		if err != nil {
-			v.rejected = append(v.rejected, rejection{Lease: l.Name, Annotation: ann, Reason: reason, Err: err})
-			v.ignored = append(v.ignored, IgnoredLease{Lease: l.Name, Hostname: host, Reason: reason,
-				Hint: "the address annotation is refused by the address policy (--allowed-cidr, --static-upstream, the default/kubernetes EndpointSlice)"})
-			continue
-		}
-		byName[host] = &candidate{Name: host, Address: ap.String(), Source: SourceLease, LeaseName: l.Name, Holder: holder, created: l.CreationTimestamp.Time}
+	return hosts, byHost
+}
+
+// trustedClaim picks the Lease trusted for host among the live ones that claim it: the only one, or
+// the one named as the apiserver names its own (every other is ignored as contested); none if
+// several claim it and none has that name.
+func (v *leaseView) trustedClaim(host string, claims []*coordinationv1.Lease) (*coordinationv1.Lease, bool) {
+	if len(claims) == 1 {
+		return claims[0], true
 	}
-	for _, c := range byName {
-		v.candidates = append(v.candidates, *c)
+	slices.SortFunc(claims, func(a, b *coordinationv1.Lease) int { return strings.Compare(a.Name, b.Name) })
+	want := identityLeaseName(host)
+	i := slices.IndexFunc(claims, func(l *coordinationv1.Lease) bool { return l.Name == want })
+	for j, c := range claims {
+		if j != i {
+			v.ignored = append(v.ignored, IgnoredLease{Lease: c.Name, Hostname: host, Reason: IgnoredContested,
+				Hint: "another live identity Lease claims this kubernetes.io/hostname; only " + want + " (the name the apiserver gives its own Lease) is trusted for it"})
+		}
 	}
-	slices.SortFunc(v.candidates, func(a, b candidate) int { return strings.Compare(a.Name, b.Name) })
-	sortIgnored(v.ignored)
-	return v
+	if i < 0 {
+		return nil, false
+	}
+	return claims[i], true
+}
+
+// leaseAddress is the address l's annotation names, if it has one the policy allows; otherwise the
+// Lease is ignored (and a refused address recorded as a rejection).
+func (v *leaseView) leaseAddress(l *coordinationv1.Lease, host string, policy AddressPolicy, trusted map[netip.AddrPort]bool) (netip.AddrPort, bool) {
+	ann, ok := l.Annotations[PeerAddressAnnotation]
+	if !ok {
+		v.ignored = append(v.ignored, IgnoredLease{Lease: l.Name, Hostname: host, Reason: IgnoredNoAddress,
+			Hint: "no " + PeerAddressAnnotation + " annotation (apiservers before 1.36 write none): add --static-upstream=" + host + "=<ip>:<port>"})
+		return netip.AddrPort{}, false
+	}
+	ap, reason, err := policy.check(ann, trusted)
+	if err != nil {
+		v.rejected = append(v.rejected, rejection{Lease: l.Name, Annotation: ann, Reason: reason, Err: err})
+		v.ignored = append(v.ignored, IgnoredLease{Lease: l.Name, Hostname: host, Reason: reason,
+			Hint: "the address annotation is refused by the address policy (--allowed-cidr, --static-upstream, the default/kubernetes EndpointSlice)"})
+		return netip.AddrPort{}, false
+	}
+	return ap, true
 }
 
 // limit keeps at most maxUpstreams candidates and moves the others to ignored. Static upstreams are

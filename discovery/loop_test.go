@@ -12,6 +12,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+	clocktesting "k8s.io/utils/clock/testing"
 )
 
 func histogram(h prometheus.Histogram) (count uint64, sum float64) {
@@ -22,42 +23,65 @@ func histogram(h prometheus.Histogram) (count uint64, sum float64) {
 	return m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum()
 }
 
+// stepUntil steps clk 5 ms at a time (the work queue's per-item delay) until cond holds: time moves
+// only when the test says so. The short real sleep lets the controller's goroutines run.
+func stepUntil(t *testing.T, clk *clocktesting.FakeClock, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); !cond(); clk.Step(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("waiting for %s (fake clock at %v)", what, clk.Now())
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // TestRenewalsRebuildNothing: three apiservers renewing their Leases (here 100 times each, what an
-// apiserver does in 17 minutes) cause no rebuild and no Lease-event latency; a later real change is
-// published, and the latency it observes is its own, not the time since the first renewal.
+// apiserver does in 17 minutes) cause no rebuild and no Lease-event latency; a real change 2 s later
+// (on the controller's fake clock) is published, and the latency it observes is its own, not the
+// time since the first renewal.
 func TestRenewalsRebuildNothing(t *testing.T) {
 	pki, cert := testPKI(t)
+	clk := clocktesting.NewFakeClock(time.Now())
 	var leases []*coordinationv1.Lease
 	client := fake.NewClientset()
 	for i := range 3 {
 		up := newFakeUpstream(t, cert, "v1.36.3", docJSON(t, coreDoc()), docJSON(t, apisDoc(true)))
-		l := lease("apiserver-"+strconv.Itoa(i), "cp"+strconv.Itoa(i), up.addr(), time.Now())
+		l := lease("apiserver-"+strconv.Itoa(i), "cp"+strconv.Itoa(i), up.addr(), clk.Now())
 		client.Tracker().Add(l)
 		leases = append(leases, l)
 	}
-	c, err := New(Config{Client: client, Upstream: restFor(t, pki), Registry: prometheus.NewRegistry(),
+	c, err := New(Config{Client: client, Upstream: restFor(t, pki), Registry: prometheus.NewRegistry(), Clock: clk,
 		Policy: AddressPolicy{CIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}, ProbeInterval: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := runController(t, c)
-	waitFor(t, c, "three ready upstreams", func(tp *Topology) bool {
+	stepUntil(t, clk, "three ready upstreams", func() bool {
+		tp := c.Current()
+		if tp == nil || len(tp.Upstreams) != 3 {
+			return false
+		}
 		for _, u := range tp.Upstreams {
 			if !u.Ready {
 				return false
 			}
 		}
-		return len(tp.Upstreams) == 3
+		return true
 	})
-	time.Sleep(300 * time.Millisecond) // let the last state changes settle
+	// synced runs one more sync and waits for it.
+	synced := func(what string) {
+		before := c.syncs.Load()
+		c.requestSync()
+		stepUntil(t, clk, what, func() bool { return c.syncs.Load() > before })
+	}
+	synced("a sync after the upstreams are ready")
 	rebuilds, _ := histogram(c.metrics.rebuildDuration)
-	events, _ := histogram(c.metrics.leaseToTopology)
+	events, eventsSum := histogram(c.metrics.leaseToTopology)
 	syncs := c.syncs.Load()
 
-	var last time.Time
+	last := clk.Now()
 	for range 100 {
 		for _, l := range leases {
-			last = time.Now()
 			l.Spec.RenewTime = &metav1.MicroTime{Time: last}
 			if _, err := client.CoordinationV1().Leases(LeaseNamespace).Update(ctx, l, metav1.UpdateOptions{}); err != nil {
 				t.Fatal(err)
@@ -72,7 +96,7 @@ func TestRenewalsRebuildNothing(t *testing.T) {
 		}
 		return false
 	})
-	time.Sleep(300 * time.Millisecond) // a rebuild would happen within this
+	synced("a sync after the renewals") // reads every renewed Lease: a rebuild would happen in it
 	if got, _ := histogram(c.metrics.rebuildDuration); got != rebuilds {
 		t.Errorf("300 renewals caused %d rebuilds, want 0", got-rebuilds)
 	}
@@ -81,17 +105,21 @@ func TestRenewalsRebuildNothing(t *testing.T) {
 	}
 	t.Logf("300 renewals: %d rebuilds, %d syncs (probes that changed nothing included)", 0, c.syncs.Load()-syncs)
 
-	// A real change later: its latency is its own.
-	time.Sleep(2 * time.Second)
+	// A real change 2 s later: its latency is its own.
+	clk.Step(2 * time.Second)
 	holder := "apiserver-0_restarted"
 	leases[0].Spec.HolderIdentity = &holder
+	changed := clk.Now()
 	if _, err := client.CoordinationV1().Leases(LeaseNamespace).Update(ctx, leases[0], metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, c, "the new holder", func(tp *Topology) bool { u, _ := tp.Upstream("cp0"); return u.Holder == holder })
-	poll(t, 5*time.Second, "the latency observed", func() bool { n, _ := histogram(c.metrics.leaseToTopology); return n == events+1 })
-	if _, sum := histogram(c.metrics.leaseToTopology); sum > 1.5 {
-		t.Errorf("Lease event to Topology: %.2fs in all, want the holder change's own latency (under 1.5s), not the time since the renewals", sum)
+	stepUntil(t, clk, "the new holder's latency observed", func() bool {
+		u, _ := c.Current().Upstream("cp0")
+		n, _ := histogram(c.metrics.leaseToTopology)
+		return u.Holder == holder && n == events+1
+	})
+	if _, sum := histogram(c.metrics.leaseToTopology); sum-eventsSum > clk.Since(changed).Seconds() {
+		t.Errorf("Lease event to Topology: %.3fs, more than the %.3fs since the holder change: the time since the renewals, not its own latency", sum-eventsSum, clk.Since(changed).Seconds())
 	}
 }
 

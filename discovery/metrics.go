@@ -2,6 +2,7 @@ package discovery
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 )
 
 type metrics struct {
@@ -45,57 +46,54 @@ const (
 var ignoredReasons = []string{IgnoredNoAddress, IgnoredContested, IgnoredMaxUpstreams, RejectMalformed, RejectNotAllowed}
 
 func newMetrics(reg prometheus.Registerer) *metrics {
+	f := promauto.With(reg) // registers nothing when reg is nil
 	m := &metrics{
-		upstreams: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		upstreams: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "skewgate_discovery_upstreams",
 			Help: "Upstream apiservers in the current Topology by state, each in exactly one (stale: capabilities kept from before a failed fetch; else ready or not_ready).",
 		}, []string{"state"}),
-		fetchErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+		fetchErrors: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "skewgate_discovery_fetch_errors_total",
 			Help: "Failed fetches of /api, /apis, /version, /readyz, /openapi/v3 or OpenAPI v3 documents from upstreams by type (connect, status, too_large, content_type, decode, invalid, moved, integrity).",
 		}, []string{"type"}),
-		rejectedLeases: prometheus.NewCounterVec(prometheus.CounterOpts{
+		rejectedLeases: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "skewgate_discovery_rejected_leases_total",
 			Help: "Identity Lease addresses refused by the address policy, by reason (malformed, not_allowed). Counted once per Lease and address.",
 		}, []string{"reason"}),
-		ignoredLeases: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		ignoredLeases: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "skewgate_discovery_ignored_leases",
 			Help: "Live identity Leases that are no upstream, by reason (no_address: add a --static-upstream for the hostname; contested_hostname; max_upstreams; malformed, not_allowed: refused by the address policy).",
 		}, []string{"reason"}),
-		rebuildDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+		rebuildDuration: f.NewHistogram(prometheus.HistogramOpts{
 			Name:    "skewgate_discovery_rebuild_duration_seconds",
 			Help:    "Time to rebuild the Topology from listers and fetched documents.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 8),
 		}),
-		leaseToTopology: prometheus.NewHistogram(prometheus.HistogramOpts{
+		leaseToTopology: f.NewHistogram(prometheus.HistogramOpts{
 			Name:    "skewgate_discovery_lease_event_to_topology_seconds",
 			Help:    "Time from an identity Lease event to the publication of the Topology that reflects it.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 8),
 		}),
-		generation: prometheus.NewGauge(prometheus.GaugeOpts{
+		generation: f.NewGauge(prometheus.GaugeOpts{
 			Name: "skewgate_discovery_topology_generation",
 			Help: "Sequence number of the current Topology within this process (the version string also carries the process start).",
 		}),
-		published: prometheus.NewCounter(prometheus.CounterOpts{
+		published: f.NewCounter(prometheus.CounterOpts{
 			Name: "skewgate_discovery_topologies_published_total",
 			Help: "Topologies published (only content changes publish).",
 		}),
-		openapiFetches: prometheus.NewCounterVec(prometheus.CounterOpts{
+		openapiFetches: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "skewgate_discovery_openapi_fetches_total",
 			Help: "OpenAPI v3 fetches from upstreams by what (index, document) and result (ok; unchanged: same index bytes; not_found: OpenAPI v3 off; shared: a document held for another upstream under the same hash, not fetched; over_budget; or a fetch error type).",
 		}, []string{"what", "result"}),
-		openapiBudgetExceeded: prometheus.NewCounter(prometheus.CounterOpts{
+		openapiBudgetExceeded: f.NewCounter(prometheus.CounterOpts{
 			Name: "skewgate_discovery_openapi_budget_exceeded_total",
 			Help: "OpenAPI v3 documents not fetched or not kept because the documents held would exceed MaxOpenAPIBytes; the front routes their keys to one upstream instead of merging.",
 		}),
-		openapiHeldBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+		openapiHeldBytes: f.NewGauge(prometheus.GaugeOpts{
 			Name: "skewgate_discovery_openapi_held_bytes",
 			Help: "Bytes of the OpenAPI v3 documents held for merging, all upstreams together (bounded by MaxOpenAPIBytes).",
 		}),
-	}
-	if reg != nil {
-		reg.MustRegister(m.upstreams, m.fetchErrors, m.rejectedLeases, m.ignoredLeases, m.rebuildDuration, m.leaseToTopology, m.generation, m.published,
-			m.openapiFetches, m.openapiBudgetExceeded, m.openapiHeldBytes)
 	}
 	for _, what := range []string{openapiIndex, openapiDocument} {
 		for _, r := range openapiResults {

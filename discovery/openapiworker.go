@@ -167,7 +167,7 @@ func (c *Controller) openAPIDocument(ctx context.Context, w *worker, key, hash s
 		d, err := w.f.openAPIDoc(dctx, key, hash, left)
 		cancel()
 		if d != nil {
-			d.Built = c.cfg.Now()
+			d.Built = c.cfg.Clock.Now()
 		}
 		changed := false
 		c.mu.Lock()

@@ -3,11 +3,8 @@ package discovery
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"regexp"
-	"strconv"
-	"strings"
 )
 
 // StaticUpstream is an operator-configured apiserver. Its Name matches the kubernetes.io/hostname
@@ -20,44 +17,12 @@ type StaticUpstream struct {
 
 var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?$`)
 
-// ParseStaticUpstream parses "name=host:port".
-func ParseStaticUpstream(s string) (StaticUpstream, error) {
-	name, addr, ok := strings.Cut(s, "=")
-	if !ok {
-		return StaticUpstream{}, fmt.Errorf("static upstream %q: want name=host:port", s)
-	}
-	if !nameRE.MatchString(name) {
-		return StaticUpstream{}, fmt.Errorf("static upstream %q: name must be a lowercase DNS label or hostname (it matches the Lease's kubernetes.io/hostname)", s)
-	}
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil || host == "" {
-		return StaticUpstream{}, fmt.Errorf("static upstream %q: address must be host:port", s)
-	}
-	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
-		return StaticUpstream{}, fmt.Errorf("static upstream %q: bad port %q", s, port)
-	}
-	return StaticUpstream{Name: name, Address: addr}, nil
-}
-
 // AddressPolicy decides whether an address written into a Lease annotation may be routed to. Anyone
 // who can write Leases in kube-system can write that annotation, so it is only a hint (KEP-4020
 // refused to route by user-writable addresses): it must be an IP literal and must be allowed by a
 // CIDR, equal a static upstream, or be an endpoint of the default/kubernetes EndpointSlice.
 type AddressPolicy struct {
 	CIDRs []netip.Prefix
-}
-
-// ParseCIDRs parses a list of CIDRs for the policy.
-func ParseCIDRs(in []string) ([]netip.Prefix, error) {
-	var out []netip.Prefix
-	for _, s := range in {
-		p, err := netip.ParsePrefix(strings.TrimSpace(s))
-		if err != nil {
-			return nil, fmt.Errorf("upstream CIDR %q: %v", s, err)
-		}
-		out = append(out, p.Masked())
-	}
-	return out, nil
 }
 
 // Rejection reasons, a bounded set (metric label values).

@@ -23,7 +23,7 @@ func (c *Controller) reconcileWorkers(ctx context.Context, cands []candidate) {
 			delete(c.workers, name)
 			c.mu.Lock()
 			if s := c.states[name]; !ok && s != nil && (s.api != nil || s.apis != nil) {
-				c.departed[name] = departure{api: s.api, apis: s.apis, until: c.cfg.Now().Add(c.cfg.DepartedTTL)}
+				c.departed[name] = departure{api: s.api, apis: s.apis, until: c.cfg.Clock.Now().Add(c.cfg.DepartedTTL)}
 				c.log.Info("upstream departed", zap.String("upstream", name), zap.Duration("unavailableFor", c.cfg.DepartedTTL))
 			}
 			delete(c.states, name)

@@ -18,7 +18,7 @@ import (
 // the last Build, builds and publishes a new one. It returns when it wants to run again (zero: only
 // on events): the earliest Lease expiry, capability expiry or departure.
 func (c *Controller) sync(ctx context.Context) time.Time {
-	now := c.cfg.Now()
+	now := c.cfg.Clock.Now()
 	c.mu.Lock()
 	answering := map[string]bool{}
 	for name, s := range c.states {
@@ -43,9 +43,9 @@ func (c *Controller) sync(ctx context.Context) time.Time {
 	facts, initialized, next := c.facts(view.candidates, now)
 	// A Lease going stale is an event nobody sends: run again when the earliest live one expires.
 	next = minTime(next, view.nextExpiry)
-	if !initialized && c.current.Load() == nil && time.Since(c.started) < c.cfg.InitialTimeout {
+	if deadline := c.started.Add(c.cfg.InitialTimeout); !initialized && c.current.Load() == nil && now.Before(deadline) {
 		// Wait for every upstream's first fetch (each one asks for a sync), but not forever.
-		return minTime(next, now.Add(c.started.Add(c.cfg.InitialTimeout).Sub(time.Now())))
+		return minTime(next, deadline)
 	}
 	inputs := inputsDigest(facts, view.ignored)
 	if c.current.Load() != nil && inputs == c.inputs {
@@ -53,14 +53,14 @@ func (c *Controller) sync(ctx context.Context) time.Time {
 		return next
 	}
 
-	start := time.Now()
+	start := c.cfg.Clock.Now()
 	gen := c.generation + 1
 	t := Build(c.bootID+"-"+strconv.FormatInt(gen, 10), now, facts)
 	t.Ignored = view.ignored
 	// Every Build, published or not: its wants follow from the inputs, which changed.
 	c.applyOpenAPIWants(t)
 	fp := fingerprint(t)
-	c.metrics.rebuildDuration.Observe(time.Since(start).Seconds())
+	c.metrics.rebuildDuration.Observe(c.cfg.Clock.Since(start).Seconds())
 	c.inputs = inputs
 	if c.current.Load() != nil && fp == c.fingerprint {
 		c.settleLeaseEvent(leaseEvent, false)
@@ -78,7 +78,7 @@ func (c *Controller) sync(ctx context.Context) time.Time {
 	c.metrics.setUpstreams(slices.Concat(t.Upstreams, t.Unproven))
 	c.log.Info("topology published", zap.String("version", t.Version), zap.Int("upstreams", len(t.Upstreams)),
 		zap.Int("unproven", len(t.Unproven)), zap.Int("sets", len(t.Sets)), zap.Int("skewed", len(t.Skewed())),
-		zap.Duration("rebuild", time.Since(start)))
+		zap.Duration("rebuild", c.cfg.Clock.Since(start)))
 	return next
 }
 
@@ -95,7 +95,7 @@ func (c *Controller) settleLeaseEvent(event time.Time, published bool) {
 		return
 	}
 	if published {
-		c.metrics.leaseToTopology.Observe(time.Since(event).Seconds())
+		c.metrics.leaseToTopology.Observe(c.cfg.Clock.Since(event).Seconds())
 	}
 	c.leaseEvent = time.Time{}
 }

@@ -76,17 +76,17 @@ func (c *Controller) runWorker(ctx context.Context, w *worker) {
 	c.probe(ctx, w, log)
 	c.update(w.name, func(s *upstreamState) { s.initialized = true })
 
-	probeT := time.NewTicker(c.cfg.ProbeInterval)
+	probeT := c.cfg.Clock.NewTicker(c.cfg.ProbeInterval)
 	defer probeT.Stop()
-	pollT := time.NewTicker(c.cfg.PollInterval)
+	pollT := c.cfg.Clock.NewTicker(c.cfg.PollInterval)
 	defer pollT.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-probeT.C:
+		case <-probeT.C():
 			c.probe(ctx, w, log)
-		case <-pollT.C:
+		case <-pollT.C():
 			c.fetch(ctx, w, log)
 		case <-w.kick:
 			c.fetch(ctx, w, log)
@@ -153,7 +153,7 @@ func (c *Controller) fetch(ctx context.Context, w *worker, log *zap.Logger) {
 		})
 		return
 	}
-	now := c.cfg.Now()
+	now := c.cfg.Clock.Now()
 	c.update(w.name, func(s *upstreamState) {
 		if s.fetchFailing {
 			log.Info("discovery fetch recovered")

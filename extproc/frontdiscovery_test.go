@@ -154,23 +154,6 @@ func TestDiscoveryNegotiation(t *testing.T) {
 	}
 }
 
-type gate map[string]bool
-
-func (g gate) ClusterReady(c string) bool { return g[c] }
-
-// TestClusterGate: a cluster Envoy does not have yet is never named; the request gets a retryable 503.
-func TestClusterGate(t *testing.T) {
-	mapPath := "/apis/admissionregistration.k8s.io/v1/" + mapResourceName
-	h := startServer(t, WithClusterGate(gate{}))
-	check(t, "not acked", h.roundTrip(t, envoyHeaders("GET", mapPath)), want{code: 503, reason: "ServiceUnavailable"})
-	check(t, "default route needs no gate", h.roundTrip(t, envoyHeaders("GET", "/api/v1/pods")), want{cluster: wire.AllCluster})
-
-	h = startServer(t, WithClusterGate(gate{wire.UpstreamCluster("new"): true}))
-	check(t, "acked", h.roundTrip(t, envoyHeaders("GET", mapPath)), want{cluster: wire.UpstreamCluster("new")})
-	// An upgrade needs the HTTP/1.1 twin, which is not acked here.
-	check(t, "upgrade twin not acked", h.roundTrip(t, envoyHeaders("GET", mapPath, "upgrade", "websocket")), want{code: 503, reason: "ServiceUnavailable"})
-}
-
 func TestUpgradeUsesHTTP1Twin(t *testing.T) {
 	h := startServer(t)
 	mapPath := "/apis/admissionregistration.k8s.io/v1/" + mapResourceName + "?watch=true"

@@ -4,6 +4,7 @@ import (
 	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/skewgate/skewgate/internal/wire"
 )
@@ -13,7 +14,6 @@ const (
 	OutcomeDefault     = "default"     // no routing header: every upstream serves it, or none does
 	OutcomeRouted      = "routed"      // routed to a capability-set or upstream cluster
 	OutcomeUnavailable = "unavailable" // 503: capable upstreams exist, none is ready
-	OutcomePending     = "pending"     // 503: the capable set's cluster is not in every Envoy yet
 	OutcomeDiscovery   = "discovery"   // discovery the front serves merged once an apiserver authorizes the request
 	OutcomeOpenAPI     = "openapi"     // an OpenAPI v3 index or document the front serves once an apiserver authorizes the request
 	OutcomePassthrough = "passthrough" // non-resource request, or discovery an apiserver answers itself (profile=nopeer)
@@ -35,35 +35,33 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
+	f := promauto.With(reg) // registers nothing when reg is nil
 	m := &metrics{
-		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+		decisions: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "skewgate_extproc_decisions_total",
-			Help: "Routing decisions by outcome (default, routed, unavailable, pending, discovery, openapi, passthrough, unsynced, invalid, identity_refused).",
+			Help: "Routing decisions by outcome (default, routed, unavailable, discovery, openapi, passthrough, unsynced, invalid, identity_refused).",
 		}, []string{"outcome"}),
-		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+		latency: f.NewHistogram(prometheus.HistogramOpts{
 			Name:    "skewgate_extproc_decision_duration_seconds",
 			Help:    "Time from receiving request headers to having the response ready, inside the service.",
 			Buckets: prometheus.ExponentialBuckets(250e-9, 4, 10),
 		}),
-		streams: prometheus.NewGauge(prometheus.GaugeOpts{
+		streams: f.NewGauge(prometheus.GaugeOpts{
 			Name: "skewgate_extproc_streams_in_flight",
 			Help: "Open ext_proc streams (one per HTTP request; Envoy < 1.37 keeps one open per WATCH).",
 		}),
-		discoveryResponses: prometheus.NewCounterVec(prometheus.CounterOpts{
+		discoveryResponses: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "skewgate_extproc_discovery_responses_total",
 			Help: "Discovery requests in the response phase by outcome (served: the apiserver authorized it and the merged answer replaced its own; passed: its refusal or error passed through, or it asked for the apiserver's own view; busy: authorized, but no serving slot came free in time, 503 with Retry-After; unexpected: response headers without a pending answer).",
 		}, []string{"outcome"}),
-		openAPIResponses: prometheus.NewCounterVec(prometheus.CounterOpts{
+		openAPIResponses: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "skewgate_extproc_openapi_responses_total",
 			Help: "OpenAPI v3 requests the front answers, in the response phase, by kind (index, document) and outcome (served, redirected, not_modified: the apiserver authorized it and the front's answer replaced its own; passed: its refusal or error passed through, or nothing acceptable; busy: authorized, but no serving slot came free in time, 503 with Retry-After).",
 		}, []string{"kind", "outcome"}),
-		identityRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+		identityRefused: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "skewgate_identity_refused_total",
 			Help: "Requests with a verified client certificate the front answered 503 because its Lua identity filter cannot derive exactly the identity the apiserver would (reason: uid, subject, nouser, unverified, other). Counted only while ext_proc answers; otherwise the Lua filter after ext_proc answers them.",
 		}, []string{"reason"}),
-	}
-	if reg != nil {
-		reg.MustRegister(m.decisions, m.latency, m.streams, m.discoveryResponses, m.openAPIResponses, m.identityRefused)
 	}
 	for _, k := range []string{OpenAPIIndex, OpenAPIDocument} {
 		for _, o := range []string{OpenAPIServed, OpenAPIRedirected, OpenAPINotModified, OpenAPIPassed, OpenAPIBusy} {
@@ -76,7 +74,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for _, r := range append(slices.Clone(wire.IdentityRefusalReasons), wire.IdentityRefusalOther) {
 		m.identityRefused.WithLabelValues(r)
 	}
-	for _, o := range []string{OutcomeDefault, OutcomeRouted, OutcomeUnavailable, OutcomePending, OutcomeDiscovery, OutcomeOpenAPI, OutcomePassthrough, OutcomeUnsynced, OutcomeInvalid, OutcomeIdentityRefused} {
+	for _, o := range []string{OutcomeDefault, OutcomeRouted, OutcomeUnavailable, OutcomeDiscovery, OutcomeOpenAPI, OutcomePassthrough, OutcomeUnsynced, OutcomeInvalid, OutcomeIdentityRefused} {
 		m.decisions.WithLabelValues(o)
 	}
 	return m

@@ -95,13 +95,8 @@ func (s *Server) decideOpenAPI(r *headersRead, t *discovery.Topology, c Request,
 		f := s.openAPIFor(t)
 		// The request goes to the set Envoy's route table names for the key: without the front's
 		// answer (nothing acceptable, or ext_proc gone in the response phase) the client gets that
-		// set's own document, as when ext_proc is down. Its cluster not in every Envoy yet: any
-		// apiserver authorizes the path as well.
-		cluster := r.target(s.clustersFor(t).of(d.Set), anonymous)
-		if s.gate != nil && !s.gate.ClusterReady(cluster) {
-			cluster = r.target(wire.AllCluster, anonymous)
-		}
-		resp := s.continueWith(cluster)
+		// set's own document, as when ext_proc is down.
+		resp := s.continueWith(r.target(s.clustersFor(t).of(d.Set), anonymous))
 		resp.ModeOverride = discoveryMode
 		var q *openAPIRequest
 		var rendered []byte

@@ -127,11 +127,6 @@ func TestOpenAPIDecisionsRoute(t *testing.T) {
 	if ir := h.roundTrip(t, envoyHeaders("GET", "/openapi/v3/"+keyWidgets)).GetImmediateResponse(); header(ir, "retry-after") == "" {
 		t.Errorf("503 without Retry-After: %v", ir)
 	}
-
-	// A routed key's cluster Envoy does not have yet is never named.
-	g := startServer(t, WithClusterGate(gate{}))
-	g.src.t.Store(top)
-	check(t, "gated", g.roundTrip(t, envoyHeaders("GET", "/openapi/v3/"+keyApps)), want{code: 503, reason: "ServiceUnavailable"})
 }
 
 // TestOpenAPIIndexNeedsConsent: the front's index replaces the apiserver's answer only when the
@@ -344,15 +339,6 @@ func TestOpenAPIServeNeedsConsent(t *testing.T) {
 		if last.GetImmediateResponse() != nil {
 			t.Errorf("%s accept=%q: the front answered %v", c.method, c.accept, last)
 		}
-	}
-
-	// The fallback's cluster not in every Envoy yet: any apiserver gives its consent.
-	g := startServer(t, WithClusterGate(gate{}))
-	g.src.t.Store(top)
-	first, last := g.exchange(t, envoyHeaders("GET", own), "301")
-	check(t, "gated", first, want{cluster: wire.AllCluster})
-	if last.GetImmediateResponse().GetStatus().GetCode() != 200 {
-		t.Errorf("gated: %v", last)
 	}
 }
 

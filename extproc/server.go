@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -19,34 +18,27 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
 
 	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/internal/wire"
 )
 
-// TopologySource is what the service needs from discovery.
+// TopologySource is the one thing the service reads: the Topology every connected Envoy has
+// acknowledged (xds.Server.Current, the one ACK gate), so every cluster a decision names is in every
+// Envoy (make-before-break), and nil while there is none (Envoy's route table decides). Not
+// discovery's newest: a Topology Envoy has not acknowledged may name clusters it lacks.
 type TopologySource interface {
 	Current() *discovery.Topology
-}
-
-// ClusterGate says whether a cluster may be named yet: every Envoy has acknowledged it (xds).
-type ClusterGate interface {
-	ClusterReady(cluster string) bool
 }
 
 // Option configures a Server.
 type Option func(*Server)
 
-// WithClusterGate makes the service name only clusters g reports ready; a request that needs a
-// cluster Envoy does not have yet gets a 503 with Retry-After (make-before-break), never a
-// "cluster not found" or a wrong 404.
-func WithClusterGate(g ClusterGate) Option { return func(s *Server) { s.gate = g } }
-
 // Server implements envoy.service.ext_proc.v3.ExternalProcessor.
 type Server struct {
 	extprocv3.UnimplementedExternalProcessorServer
 	src     TopologySource
-	gate    ClusterGate
 	log     *zap.Logger
 	metrics *metrics
 
@@ -54,14 +46,18 @@ type Server struct {
 	frontOpenAPI   perTopology[*frontOpenAPI]
 	clusterNames   perTopology[*clusterNames]
 	slots          *slots // the front's answers in flight (frontlimit.go)
+	clock          clock.PassiveClock
 }
+
+// WithClock sets the clock decision durations are measured with [the real clock].
+func WithClock(c clock.PassiveClock) Option { return func(s *Server) { s.clock = c } }
 
 // NewServer returns a Server reading from src.
 func NewServer(src TopologySource, log *zap.Logger, reg prometheus.Registerer, opts ...Option) *Server {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	s := &Server{src: src, log: log.Named("extproc"), metrics: newMetrics(reg), slots: newSlots(defaultSlots(), defaultSlotWait)}
+	s := &Server{src: src, log: log.Named("extproc"), metrics: newMetrics(reg), slots: newSlots(defaultSlots(), defaultSlotWait), clock: clock.RealClock{}}
 	for _, o := range opts {
 		o(s)
 	}
@@ -199,7 +195,7 @@ func (r *headersRead) first(bit uint8, dst **corev3.HeaderValue, v *corev3.Heade
 // itself it also returns how to build the answer once the upstream's response headers show the
 // request is authorized (pending); it builds nothing.
 func (s *Server) requestHeaders(h *extprocv3.HttpHeaders, anonymous bool) (*extprocv3.ProcessingResponse, *pending) {
-	start := time.Now()
+	start := s.clock.Now()
 	r := headersRead{anonymous: anonymous}
 	for _, hv := range h.GetHeaders().GetHeaders() {
 		switch k := strings.ToLower(hv.Key); {
@@ -231,7 +227,7 @@ func (s *Server) requestHeaders(h *extprocv3.HttpHeaders, anonymous bool) (*extp
 	}
 	outcome, resp, p := s.decide(&r)
 	s.metrics.decisions.WithLabelValues(outcome).Inc()
-	s.metrics.latency.Observe(time.Since(start).Seconds())
+	s.metrics.latency.Observe(s.clock.Since(start).Seconds())
 	if ce := s.log.Check(zap.DebugLevel, "decision"); ce != nil {
 		ce.Write(zap.String("method", r.method), zap.String("path", r.path), zap.String("outcome", outcome))
 	}
@@ -306,18 +302,10 @@ func (s *Server) decide(r *headersRead) (string, *extprocv3.ProcessingResponse, 
 	return OutcomeDefault, s.continueWith(all), nil
 }
 
-// routeTo sends the request to the cluster of d's set, once every Envoy has it.
+// routeTo sends the request to the cluster of d's set (in every Envoy: t is the acknowledged
+// Topology, see TopologySource).
 func (s *Server) routeTo(r *headersRead, t *discovery.Topology, c Request, d discovery.Decision, anonymous bool) (string, *extprocv3.ProcessingResponse, *pending) {
-	cluster := r.target(s.clustersFor(t).of(d.Set), anonymous)
-	if s.gate != nil && !s.gate.ClusterReady(cluster) {
-		what := "the API schemas"
-		if c.Kind == Resource {
-			what = c.Key.String()
-		}
-		return OutcomePending, immediate(http.StatusServiceUnavailable, string(metav1.StatusReasonServiceUnavailable),
-			fmt.Sprintf("routing to the apiservers that serve %s is being set up, retry", what)), nil
-	}
-	return OutcomeRouted, s.continueWith(cluster), nil
+	return OutcomeRouted, s.continueWith(r.target(s.clustersFor(t).of(d.Set), anonymous)), nil
 }
 
 // target is the twin of cluster that carries this request: the HTTP/1.1 twin for an upgrade (exec,

@@ -3,7 +3,6 @@ package xds
 import (
 	"context"
 	"crypto/sha256"
-	"maps"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -63,8 +62,9 @@ type publication struct {
 	at       time.Time
 }
 
-// acks follows every xDS stream and knows which clusters every connected Envoy has acknowledged.
-// ext_proc asks it before naming a cluster (make-before-break): a cluster created by a Topology change
+// acks follows every xDS stream and owns the one ACK gate: the Topology every counted Envoy has
+// acknowledged (acktopology.go), which is the only Topology ext_proc reads. Every cluster a decision
+// from it names is in every counted Envoy (make-before-break): a cluster created by a Topology change
 // is named only once the Envoys have it, so a request never meets "cluster not found".
 type acks struct {
 	log   *zap.Logger
@@ -78,21 +78,13 @@ type acks struct {
 	streams   map[streamKey]*stream  // SotW and delta streams are numbered apart
 	published map[string]publication // by snapshot version
 	order     []string               // published versions, oldest first
-	latest    map[string]bool
 
-	ready   atomic.Pointer[map[string]bool]
 	current atomic.Pointer[discovery.Topology]
 }
 
 func newAcks(log *zap.Logger, m *metrics, clk clock.WithDelayedExecution, timeout time.Duration) *acks {
-	a := &acks{log: log, m: m, clock: clk, timeout: timeout, streams: map[streamKey]*stream{}, published: map[string]publication{}}
-	empty := map[string]bool{}
-	a.ready.Store(&empty)
-	return a
+	return &acks{log: log, m: m, clock: clk, timeout: timeout, streams: map[streamKey]*stream{}, published: map[string]publication{}}
 }
-
-// Ready reports whether every connected Envoy has the cluster. Lock-free: called per request.
-func (a *acks) Ready(cluster string) bool { return (*a.ready.Load())[cluster] }
 
 // published records the clusters of a new snapshot version, translated from t.
 func (a *acks) publish(version string, clusters []string, t *discovery.Topology) {
@@ -108,34 +100,21 @@ func (a *acks) publish(version string, clusters []string, t *discovery.Topology)
 		delete(a.published, a.order[0])
 		a.order = a.order[1:]
 	}
-	a.latest = set
 	a.recompute()
 }
 
-// recompute sets ready to the clusters every counted stream (gated, acktopology.go) that has ACKed a
-// CDS version has, limited to the latest snapshot. Streams that have not ACKed one of our versions
-// yet have no listener serving traffic from us, so they do not hold others back; with no such
-// stream, the latest snapshot is ready (an Envoy that connects later receives clusters before the
-// listener that uses them). Called with a.mu held.
+// recompute publishes the Topology ext_proc decides with: the newest every counted stream (gated,
+// acktopology.go) has, nil while there is none. Called with a.mu held.
 func (a *acks) recompute() {
-	counted := a.gated()
-	ready := maps.Clone(a.latest)
-	if ready == nil {
-		ready = map[string]bool{}
+	i := a.everyEnvoyHas(a.gated())
+	if i < 0 {
+		a.current.Store(nil)
+		a.m.readyClusters.Set(0)
+		return
 	}
-	for _, s := range counted {
-		if s.clusters == nil {
-			continue
-		}
-		for c := range ready {
-			if !s.clusters[c] {
-				delete(ready, c)
-			}
-		}
-	}
-	a.ready.Store(&ready)
-	a.m.readyClusters.Set(float64(len(ready)))
-	a.current.Store(a.everyEnvoyHas(counted))
+	pub := a.published[a.order[i]]
+	a.current.Store(pub.topology)
+	a.m.readyClusters.Set(float64(len(pub.clusters)))
 }
 
 func (k streamKey) mode() string {

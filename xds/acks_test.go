@@ -114,3 +114,50 @@ func TestCurrentFollowsSnapshotsWithClustersEnvoyHas(t *testing.T) {
 
 // go-control-plane numbers SotW and delta streams apart, each from 1.
 var sotw1, delta1 = streamKey{id: 1}, streamKey{delta: true, id: 1}
+
+// TestCurrentNamesOnlyClustersEveryEnvoyHas: the one ACK gate. While one Envoy holds ext_proc back
+// at an older snapshot, that snapshot's Topology is used only if every cluster it names is still in
+// the Envoys that moved on: a cluster that left (its grace period over) is gone from an Envoy that
+// acknowledged the snapshot without it, so ext_proc gets no Topology (Envoy's route table decides)
+// rather than name it.
+func TestCurrentNamesOnlyClustersEveryEnvoyHas(t *testing.T) {
+	a := newAcks(zap.NewNop(), newMetrics(prometheus.NewRegistry()), clock.RealClock{}, time.Hour)
+	t1, t2 := &discovery.Topology{Version: "t1"}, &discovery.Topology{Version: "t2"}
+	ack := func(id streamKey, version, nonce string) {
+		a.sent(id, resourcev3.ClusterType, version, nonce)
+		a.received(id, &corev3.Node{Id: "front"}, nonce, nil)
+	}
+	a.open(sotw1)
+	a.open(delta1)
+	a.publish("v1", []string{"all", "old", "gone"}, t1)
+	ack(sotw1, "v1", "s1")
+	ack(delta1, "v1", "d1")
+	if got := a.currentTopology(); got != t1 {
+		t.Fatalf("both Envoys acknowledged v1: Current %v, want t1", got)
+	}
+	if got := testutil.ToFloat64(a.m.readyClusters); got != 3 {
+		t.Errorf("skewgate_xds_acked_clusters = %v, want v1's 3", got)
+	}
+	// A snapshot that only drops a cluster: the Envoy still at v1 has every cluster of it.
+	t15 := &discovery.Topology{Version: "t1.5"}
+	a.publish("v1.5", []string{"all", "old"}, t15)
+	ack(sotw1, "v1.5", "s15")
+	if got := a.currentTopology(); got != t15 {
+		t.Fatalf("one Envoy at v1.5, the other at v1 (a superset): Current %v, want t1.5", got)
+	}
+	ack(delta1, "v1.5", "d15")
+	// v2 adds "new" and drops "old" (its grace period over): one Envoy takes it, the other not yet.
+	// Neither v1.5 (names "old") nor v2 (names "new") is in both.
+	a.publish("v2", []string{"all", "new"}, t2)
+	ack(sotw1, "v2", "s2")
+	if got := a.currentTopology(); got != nil {
+		t.Errorf("one Envoy without %q, the other without %q: Current %v, want nil", "old", "new", got)
+	}
+	if got := testutil.ToFloat64(a.m.readyClusters); got != 0 {
+		t.Errorf("skewgate_xds_acked_clusters = %v with no Topology for ext_proc, want 0", got)
+	}
+	ack(delta1, "v2", "d2")
+	if got := a.currentTopology(); got != t2 {
+		t.Errorf("both at v2: Current %v, want t2", got)
+	}
+}

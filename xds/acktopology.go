@@ -133,21 +133,31 @@ func (a *acks) expire() {
 	a.recompute()
 }
 
-// everyEnvoyHas returns the Topology of the newest version every counted stream has, or nil.
+// everyEnvoyHas returns the index in a.order of the newest version every counted stream has, -1 if
+// none. A stream has a version older than its own (another stream holds ext_proc back) only if every
+// cluster of that version is still among the clusters it acknowledged: a cluster that left after its
+// grace period is gone from an Envoy that acknowledged the snapshot without it, so a Topology that
+// names it waits (nil: Envoy's route table decides) rather than name a cluster that Envoy lacks.
 // Called with a.mu held.
-func (a *acks) everyEnvoyHas(counted []*stream) *discovery.Topology {
+func (a *acks) everyEnvoyHas(counted []*stream) int {
 	if len(counted) == 0 {
-		return nil
+		return -1
 	}
 	oldest := len(a.order)
 	for _, s := range counted {
 		i := a.has(s)
 		if i < 0 {
-			return nil
+			return -1
 		}
 		oldest = min(oldest, i)
 	}
-	return a.published[a.order[oldest]].topology
+	for ; oldest >= 0; oldest-- {
+		clusters := a.published[a.order[oldest]].clusters
+		if !slices.ContainsFunc(counted, func(s *stream) bool { return !subset(clusters, s.clusters) }) {
+			return oldest
+		}
+	}
+	return -1
 }
 
 func subset(a, b map[string]bool) bool {
@@ -174,5 +184,5 @@ func (a *acks) replaceLatest(t *discovery.Topology) {
 	a.recompute()
 }
 
-// current is the Topology ext_proc decides with (lock-free: read per request).
+// currentTopology is the Topology ext_proc decides with (lock-free: read per request).
 func (a *acks) currentTopology() *discovery.Topology { return a.current.Load() }

@@ -47,15 +47,15 @@ type Config struct {
 	Grace    time.Duration
 	Logger   *zap.Logger
 	Registry prometheus.Registerer
-	// Now is the clock [time.Now]; VersionPrefix starts every snapshot version [the start time in
-	// nanoseconds, base 36], so versions never repeat across restarts: go-control-plane's snapshot
-	// cache answers a state-of-the-world request only when its version_info differs from the
-	// snapshot's (pkg/cache/v3/simple.go, CreateWatch), so an Envoy reconnecting with a reused version
-	// would get nothing.
-	Now           func() time.Time
+	// VersionPrefix starts every snapshot version [the start time in nanoseconds, base 36], so
+	// versions never repeat across restarts: go-control-plane's snapshot cache answers a
+	// state-of-the-world request only when its version_info differs from the snapshot's
+	// (pkg/cache/v3/simple.go, CreateWatch), so an Envoy reconnecting with a reused version would get
+	// nothing.
 	VersionPrefix string
-	// Clock times ACKs and the ACK timeout [the real clock]; AckTimeout is how long a stream may go
-	// without acknowledging a snapshot before ext_proc stops waiting for it [DefaultAckTimeout].
+	// Clock is the server's one clock: the grace period, ACK times and the ACK timeout, durations
+	// [the real clock]; AckTimeout is how long a stream may go without acknowledging a snapshot
+	// before ext_proc stops waiting for it [DefaultAckTimeout].
 	Clock      clock.WithDelayedExecution
 	AckTimeout time.Duration
 }
@@ -112,9 +112,6 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
@@ -122,7 +119,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		cfg.AckTimeout = DefaultAckTimeout
 	}
 	if cfg.VersionPrefix == "" {
-		cfg.VersionPrefix = strconv.FormatInt(cfg.Now().UnixNano(), 36)
+		cfg.VersionPrefix = strconv.FormatInt(cfg.Clock.Now().UnixNano(), 36)
 	}
 	log := cfg.Logger.Named("xds")
 	m := newMetrics(cfg.Registry)
@@ -148,12 +145,9 @@ func (s *Server) Register(g *grpc.Server) {
 	secretservice.RegisterSecretDiscoveryServiceServer(g, s.xds)
 }
 
-// ClusterReady reports whether every connected Envoy has acknowledged cluster; ext_proc names only
-// such clusters.
-func (s *Server) ClusterReady(cluster string) bool { return s.acks.Ready(cluster) }
-
-// Current returns the Topology ext_proc decides with: the newest one whose snapshot every connected
-// Envoy has acknowledged, nil while there is none (acktopology.go).
+// Current returns the Topology ext_proc decides with, the one ACK gate: the newest one whose
+// snapshot every connected Envoy has acknowledged, nil while there is none (acktopology.go). Every
+// cluster its decisions name is in every counted Envoy; ext_proc reads nothing else.
 func (s *Server) Current() *discovery.Topology { return s.acks.currentTopology() }
 
 // Unexpressed lists the skewed keys of the published snapshot that have no route of their own in
@@ -178,7 +172,7 @@ func (s *Server) Version() (string, <-chan struct{}) {
 // has, instead of trading its working clusters for an empty front that answers 503 until discovery
 // has synced.
 func (s *Server) Run(ctx context.Context) error {
-	var expiry *time.Timer
+	var expiry clock.Timer
 	for {
 		t, changed := s.cfg.Source.Watch()
 		if t == nil {
@@ -195,8 +189,8 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 		var expired <-chan time.Time
 		if !next.IsZero() {
-			expiry = time.NewTimer(next.Sub(s.cfg.Now()))
-			expired = expiry.C
+			expiry = s.cfg.Clock.NewTimer(next.Sub(s.cfg.Clock.Now()))
+			expired = expiry.C()
 		}
 		select {
 		case <-ctx.Done():
@@ -210,14 +204,14 @@ func (s *Server) Run(ctx context.Context) error {
 // publish translates t and sets the snapshot. It returns when the next retained cluster expires
 // (zero if none is retained).
 func (s *Server) publish(ctx context.Context, t *discovery.Topology) time.Time {
-	start := time.Now()
+	start := s.cfg.Clock.Now()
 	rs, err := Translate(t, s.cfg.Options)
 	if err != nil {
 		s.m.publishes.WithLabelValues(publishFailed).Inc()
 		s.log.Error("translation failed; Envoy keeps the last good configuration", zap.Error(err), zap.String("topology", topologyVersion(t)))
 		return s.nextExpiry()
 	}
-	now := s.cfg.Now()
+	now := s.cfg.Clock.Now()
 	// Clusters that left the Topology keep serving requests already routed to them for the grace
 	// period; a cluster that comes back is current again.
 	current := make(map[string]*clusterv3.Cluster, len(rs.Clusters))
@@ -277,7 +271,7 @@ func (s *Server) publish(ctx context.Context, t *discovery.Topology) time.Time {
 	}
 	s.lastHash = hash
 	s.m.publishes.WithLabelValues(publishOK).Inc()
-	s.m.translate.Observe(time.Since(start).Seconds())
+	s.m.translate.Observe(s.cfg.Clock.Since(start).Seconds())
 	s.m.clusters.Set(float64(len(rs.Clusters)))
 	s.log.Info("published", zap.String("version", version), zap.String("topology", topologyVersion(t)),
 		zap.Int("clusters", len(rs.Clusters)), zap.Int("retained", len(s.retained)))

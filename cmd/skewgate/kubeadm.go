@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/skewgate/skewgate/internal/install"
+	"github.com/skewgate/skewgate/kubeadm"
 )
 
 func newKubeadmCommand(w io.Writer) *cobra.Command {
@@ -26,7 +26,7 @@ func newKubeadmRBACCommand(w io.Writer) *cobra.Command {
 		Short: "Print the RBAC of user skewgate (what install writes to <config-dir>/rbac.yaml), for kubectl apply -f -",
 		Args:  cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			y, err := install.RBACYAML()
+			y, err := kubeadm.RBACYAML()
 			if err != nil {
 				return err
 			}
@@ -37,7 +37,7 @@ func newKubeadmRBACCommand(w io.Writer) *cobra.Command {
 }
 
 func newKubeadmInstallCommand(w io.Writer) *cobra.Command {
-	var o install.Options
+	var o kubeadm.Options
 	var dryRun bool
 	cmd := &cobra.Command{
 		Use:   "install",
@@ -62,11 +62,11 @@ good is kept. After kubeadm renews the node's certificates, run it again: Envoy 
 			if err != nil {
 				return err
 			}
-			plan, err := install.Render(o)
+			plan, err := kubeadm.Render(o)
 			if err != nil {
 				return err
 			}
-			changes, err := install.Apply(plan, dryRun, w)
+			changes, err := kubeadm.Apply(plan, dryRun, w)
 			if err != nil {
 				return err
 			}
@@ -85,30 +85,30 @@ good is kept. After kubeadm renews the node's certificates, run it again: Envoy 
 				return nil
 			}
 			if plan.Issued {
-				fmt.Fprintf(w, "# %sissue a client certificate for user %q\n", verb, install.User)
+				fmt.Fprintf(w, "# %sissue a client certificate for user %q\n", verb, kubeadm.User)
 			}
 			fmt.Fprintf(w, "# %schange %d paths. Apply the RBAC once per cluster, with an admin credential:\n#   kubectl --kubeconfig /etc/kubernetes/admin.conf apply -f %s\n",
-				verb, n, filepath.Join(o.ConfigDir, install.RBACFile))
+				verb, n, filepath.Join(o.ConfigDir, kubeadm.RBACFile))
 			return nil
 		},
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&o.NodeName, "node-name", "", "this node's name as its apiserver's identity Lease has it (default: the lowercase host name)")
 	fs.StringVar(&o.APIServerEndpoint, "apiserver-endpoint", "", "the local apiserver, ip:port (default: from the kube-apiserver static pod)")
-	fs.StringVar(&o.PKIDir, "pki-dir", install.DefaultPKIDir, "kubeadm's certificate directory")
-	fs.StringVar(&o.ManifestsDir, "manifests-dir", install.DefaultManifestsDir, "the kubelet's static pod directory")
-	fs.StringVar(&o.ConfigDir, "config-dir", install.DefaultConfigDir, "directory for skewgate's kubeconfig, certificate, Envoy's bootstrap and the RBAC")
-	fs.StringVar(&o.SocketDir, "socket-dir", install.DefaultSocketDir, "root-only directory of the xDS and ext_proc unix sockets")
-	fs.IntVar(&o.FrontPort, "front-port", install.DefaultFrontPort, "port Envoy serves the front on (not the apiserver's)")
-	fs.StringVar(&o.HTTPListen, "http-listen", install.DefaultHTTPListen, "skewgate's loopback address for /healthz, /readyz, /metrics")
+	fs.StringVar(&o.PKIDir, "pki-dir", kubeadm.DefaultPKIDir, "kubeadm's certificate directory")
+	fs.StringVar(&o.ManifestsDir, "manifests-dir", kubeadm.DefaultManifestsDir, "the kubelet's static pod directory")
+	fs.StringVar(&o.ConfigDir, "config-dir", kubeadm.DefaultConfigDir, "directory for skewgate's kubeconfig, certificate, Envoy's bootstrap and the RBAC")
+	fs.StringVar(&o.SocketDir, "socket-dir", kubeadm.DefaultSocketDir, "root-only directory of the xDS and ext_proc unix sockets")
+	fs.IntVar(&o.FrontPort, "front-port", kubeadm.DefaultFrontPort, "port Envoy serves the front on (not the apiserver's)")
+	fs.StringVar(&o.HTTPListen, "http-listen", kubeadm.DefaultHTTPListen, "skewgate's loopback address for /healthz, /readyz, /metrics")
 	fs.StringArrayVar(&o.AllowedCIDRs, "allowed-cidr", nil, "passed to skewgate serve --allowed-cidr (repeatable)")
 	fs.BoolVar(&o.ForwardCertificateUID, "forward-certificate-uid", false, "passed to skewgate serve: only when every apiserver runs --requestheader-uid-headers=X-Remote-Uid (kubeadm does not set it; add it in ClusterConfiguration apiServer.extraArgs first)")
-	defaultImage := install.SkewgateImage(version)
+	defaultImage := kubeadm.SkewgateImage(version)
 	if version == "dev" {
 		defaultImage = "" // a development build does not know its release: the flag is required
 	}
 	fs.StringVar(&o.SkewgateImage, "skewgate-image", defaultImage, "skewgate's container image (default: this binary's release)")
-	fs.StringVar(&o.EnvoyImage, "envoy-image", install.DefaultEnvoyImage, "Envoy's container image (a supported release)")
+	fs.StringVar(&o.EnvoyImage, "envoy-image", kubeadm.DefaultEnvoyImage, "Envoy's container image (a supported release)")
 	fs.BoolVar(&dryRun, "dry-run", false, "print what would be written (keys redacted) and write nothing")
 	return cmd
 }

@@ -23,10 +23,11 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/skewgate/skewgate/discovery"
-	"github.com/skewgate/skewgate/internal/app"
 	"github.com/skewgate/skewgate/internal/atomicfile"
 	"github.com/skewgate/skewgate/internal/grpcutil"
 	"github.com/skewgate/skewgate/internal/wire"
+	"github.com/skewgate/skewgate/serve"
+	"github.com/skewgate/skewgate/serve/options"
 	"github.com/skewgate/skewgate/xds"
 )
 
@@ -57,7 +58,7 @@ so clients never get a wrong 404 while apiservers of different versions run side
 const defaultGCPercent = 400
 
 func newServeCommand() *cobra.Command {
-	o := app.NewOptions()
+	o := options.NewOptions()
 	gcPercent := defaultGCPercent
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -74,7 +75,7 @@ one of them fails, so that its supervisor restarts it.`,
 			if len(errs) > 0 {
 				return errors.Join(errs...)
 			}
-			log, err := app.NewLogger(o.LogFormat, o.LogLevel)
+			log, err := serve.NewLogger(o.LogFormat, o.LogLevel)
 			if err != nil {
 				return err
 			}
@@ -85,7 +86,7 @@ one of them fails, so that its supervisor restarts it.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			_, done, err := app.Start(ctx, o, app.Listeners{}, log)
+			_, done, err := serve.Start(ctx, o, serve.Listeners{}, log)
 			if err != nil {
 				return err
 			}
@@ -159,7 +160,7 @@ two SDS files, so it reloads them when they are rotated: they are written to --s
 	fs := cmd.Flags()
 	fs.StringVar(&o.NodeID, "node-id", "", "Envoy node id (e.g. the host name)")
 	fs.StringVar(&o.NodeCluster, "node-cluster", "skewgate-front", "Envoy node cluster")
-	fs.StringVar(&o.XDSAddress, "xds-address", app.DefaultXDSListen, "skewgate's xDS address, unix:///path or host:port with mTLS")
+	fs.StringVar(&o.XDSAddress, "xds-address", options.DefaultXDSListen, "skewgate's xDS address, unix:///path or host:port with mTLS")
 	fs.BoolVar(&plaintextLoopback, "grpc-plaintext-loopback", false, "allow plaintext xDS on loopback TCP, for development and tests only (skewgate serve needs it too)")
 	fs.StringVar(&o.XDSCAFile, "xds-ca-file", "", "CA verifying skewgate's xDS certificate")
 	fs.StringVar(&o.XDSCertFile, "xds-cert-file", "", "Envoy's client certificate for xDS")
@@ -207,7 +208,7 @@ func newTopologyCommand(w io.Writer) *cobra.Command {
 				_, err = w.Write(body)
 				return err
 			}
-			var v app.TopologyView
+			var v serve.TopologyView
 			if err := json.Unmarshal(body, &v); err != nil {
 				return err
 			}
@@ -219,7 +220,7 @@ func newTopologyCommand(w io.Writer) *cobra.Command {
 	return cmd
 }
 
-func printTopology(w io.Writer, v app.TopologyView) error {
+func printTopology(w io.Writer, v serve.TopologyView) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "Topology %s (generated %s), Envoy snapshot %s\n", v.Version, v.Generated.Format(time.RFC3339), v.Snapshot)
 	switch {

@@ -16,12 +16,13 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/skewgate/skewgate/discovery"
-	"github.com/skewgate/skewgate/internal/app"
+	"github.com/skewgate/skewgate/serve"
+	"github.com/skewgate/skewgate/serve/options"
 	"github.com/skewgate/skewgate/xds"
 )
 
 func TestTopologyCommand(t *testing.T) {
-	view := app.TopologyView{Version: "t-7", Generated: time.Unix(0, 0).UTC(), Snapshot: "s-3",
+	view := serve.TopologyView{Version: "t-7", Generated: time.Unix(0, 0).UTC(), Snapshot: "s-3",
 		Upstreams: []discovery.Upstream{{Name: "old", Address: "10.0.0.1:6443", Version: "v1.35.4", Ready: true, Source: discovery.SourceStatic}},
 		Unproven:  []discovery.Upstream{{Name: "joining", Address: "10.0.0.9:6443", Source: discovery.SourceLease}},
 		Ignored:   []discovery.IgnoredLease{{Lease: "apiserver-abc", Hostname: "cp-2", Reason: discovery.IgnoredNoAddress, Hint: "add --static-upstream=cp-2=<ip>:<port>"}},
@@ -145,13 +146,13 @@ func TestServeValidatesBeforeStarting(t *testing.T) {
 	}
 }
 
-// TestGCPercentIsTheCommands: the flag is the serve command's, not the app package's (library code
+// TestGCPercentIsTheCommands: the flag is the serve command's, not the serve package's (library code
 // never changes process-wide settings).
 func TestGCPercentIsTheCommands(t *testing.T) {
-	fs := pflag.NewFlagSet("app", pflag.ContinueOnError)
-	app.NewOptions().AddFlags(fs)
+	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+	options.NewOptions().AddFlags(fs)
 	if fs.Lookup("gc-percent") != nil {
-		t.Error("internal/app registers --gc-percent")
+		t.Error("serve/options registers --gc-percent")
 	}
 	if f := newServeCommand().Flags().Lookup("gc-percent"); f == nil || f.DefValue != "400" {
 		t.Errorf("serve has no --gc-percent defaulting to 400: %v", f)

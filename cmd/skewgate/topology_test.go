@@ -6,14 +6,14 @@ import (
 	"testing"
 
 	"github.com/skewgate/skewgate/discovery"
-	"github.com/skewgate/skewgate/internal/app"
+	"github.com/skewgate/skewgate/serve"
 	"github.com/skewgate/skewgate/xds"
 )
 
 // TestPrintTopologyShowsOpenAPI: `skewgate topology` lists the OpenAPI documents that do not take
 // the default route, with the cluster Envoy's route table uses, and says which are merged.
 func TestPrintTopologyShowsOpenAPI(t *testing.T) {
-	v := app.TopologyView{OpenAPI: []discovery.OpenAPIKeyDecision{
+	v := serve.TopologyView{OpenAPI: []discovery.OpenAPIKeyDecision{
 		{Key: "apis/apps/v1", OpenAPIDecision: discovery.OpenAPIDecision{Action: discovery.ActionRoute, Set: "new", Hash: "E6837BF046F7D2603C"}},
 		{Key: "apis/x.io/v1", OpenAPIDecision: discovery.OpenAPIDecision{Action: discovery.ActionServe, Set: "old", Hash: "0123456789ABCDEF"}},
 	}}
@@ -36,7 +36,7 @@ func TestPrintTopologyShowsOpenAPI(t *testing.T) {
 // cannot carry, with the reason.
 func TestPrintTopologyShowsUnexpressed(t *testing.T) {
 	key := discovery.ResourceKey{Group: "g.example.com", Version: "v1", Resource: "watch"}
-	v := app.TopologyView{Unexpressed: []xds.UnexpressedKey{{Key: key, Reason: `resource "watch" is read as a verb prefix`}}}
+	v := serve.TopologyView{Unexpressed: []xds.UnexpressedKey{{Key: key, Reason: `resource "watch" is read as a verb prefix`}}}
 	var b bytes.Buffer
 	if err := printTopology(&b, v); err != nil {
 		t.Fatal(err)
@@ -53,12 +53,12 @@ func TestPrintTopologyShowsUnexpressed(t *testing.T) {
 // and names discovery's newer one.
 func TestPrintTopologySaysWhoDecides(t *testing.T) {
 	for _, c := range []struct {
-		v    app.TopologyView
+		v    serve.TopologyView
 		want string
 	}{
-		{app.TopologyView{Version: "t-1", Deciding: false, Discovered: "t-1"}, "Envoy's route table decides"},
-		{app.TopologyView{Version: "t-1", Deciding: true, Discovered: "t-2"}, "discovery's newer t-2 waits"},
-		{app.TopologyView{Version: "t-2", Deciding: true, Discovered: "t-2"}, "ext_proc decides with this Topology, discovery's newest"},
+		{serve.TopologyView{Version: "t-1", Deciding: false, Discovered: "t-1"}, "Envoy's route table decides"},
+		{serve.TopologyView{Version: "t-1", Deciding: true, Discovered: "t-2"}, "discovery's newer t-2 waits"},
+		{serve.TopologyView{Version: "t-2", Deciding: true, Discovered: "t-2"}, "ext_proc decides with this Topology, discovery's newest"},
 	} {
 		var b bytes.Buffer
 		if err := printTopology(&b, c.v); err != nil {

@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
+	"k8s.io/utils/clock"
 )
 
 // Label values of the certificate label.
@@ -43,6 +44,7 @@ type Config struct {
 	Interval                        time.Duration
 	Logger                          *zap.Logger
 	Registry                        prometheus.Registerer
+	Clock                           clock.WithTicker // ticks Interval [the real clock]
 }
 
 // Reloader holds the current TLS configuration of the gRPC listeners.
@@ -65,6 +67,9 @@ func (l listener) Enqueue() { l() }
 
 // New loads the files once; an error here is a configuration error.
 func New(cfg Config) (*Reloader, error) {
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
 	if cfg.Interval <= 0 {
 		cfg.Interval = DefaultInterval
 	}
@@ -91,13 +96,13 @@ func New(cfg Config) (*Reloader, error) {
 
 // Run re-reads the files every Interval until ctx ends.
 func (r *Reloader) Run(ctx context.Context) {
-	t := time.NewTicker(r.cfg.Interval)
+	t := r.cfg.Clock.NewTicker(r.cfg.Interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-t.C():
 			r.sync(ctx)
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 	"k8s.io/apimachinery/pkg/util/wait"
+	clocktesting "k8s.io/utils/clock/testing"
 )
 
 // serve accepts TLS connections with cfg and answers "ok" to each one whose handshake succeeded.
@@ -147,7 +148,7 @@ func TestRotation(t *testing.T) {
 	}
 }
 
-// TestRunPicksUpRotation: Run re-reads the files every Interval until its context ends.
+// TestRunPicksUpRotation: Run re-reads the files every Interval (not before) until its context ends.
 func TestRunPicksUpRotation(t *testing.T) {
 	dir := t.TempDir()
 	ca := newCA(t, "ca")
@@ -155,7 +156,8 @@ func TestRunPicksUpRotation(t *testing.T) {
 	c, k := ca.issue(t, "a", false)
 	replace(t, certFile, c)
 	replace(t, keyFile, k)
-	r, err := New(Config{CertFile: certFile, KeyFile: keyFile, Interval: 10 * time.Millisecond})
+	clk := clocktesting.NewFakeClock(time.Now())
+	r, err := New(Config{CertFile: certFile, KeyFile: keyFile, Interval: DefaultInterval, Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,6 +168,14 @@ func TestRunPicksUpRotation(t *testing.T) {
 	c, k = ca.issue(t, "b", false)
 	replace(t, certFile, c)
 	replace(t, keyFile, k)
+	if err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) { return clk.HasWaiters(), nil }); err != nil {
+		t.Fatal("Run set no ticker")
+	}
+	clk.Step(DefaultInterval - time.Millisecond)
+	if cn, ok := dial(t, addr, ca.pem, nil); cn != "a" || !ok {
+		t.Fatalf("before the interval: served %q (handshake %v), want the old certificate a", cn, ok)
+	}
+	clk.Step(time.Millisecond)
 	err = wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		cn, ok := dial(t, addr, ca.pem, nil)
 		return cn == "b" && ok, nil

@@ -18,6 +18,7 @@ import (
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"k8s.io/utils/clock"
 )
 
 // Protocol is the xDS transport variant the data plane speaks over ADS.
@@ -56,6 +57,9 @@ type Config struct {
 	// connection limit (connlimit.go) and nothing else from it. Nil: no limit.
 	Bootstrap *bootstrapv3.Bootstrap
 	Logf      func(format string, args ...any)
+	// Clock times ext_proc's message_timeout [the real clock]; tests step a fake one past it
+	// instead of making the processor sleep.
+	Clock clock.Clock
 }
 
 // DataPlane is a running test data plane.

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/anypb"
+	"k8s.io/utils/clock"
 )
 
 // errMessageTimeout is ext_proc's message_timeout firing (Filter::onMessageTimeout).
@@ -52,6 +53,7 @@ type extProcStream struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 	timeout time.Duration
+	clock   clock.Clock
 	mode    *extprocfilterv3.ProcessingMode
 
 	mu     sync.Mutex
@@ -75,6 +77,14 @@ func perRoute(e *routeEntry, name string) *extprocfilterv3.ExtProcPerRoute {
 		}
 	}
 	return nil
+}
+
+// clock is Config.Clock, or the real clock.
+func (d *DataPlane) clock() clock.Clock {
+	if d.cfg.Clock == nil {
+		return clock.RealClock{}
+	}
+	return d.cfg.Clock
 }
 
 // openExtProc prepares the stream on the filter's cluster: a missing cluster is a gRPC error
@@ -109,7 +119,7 @@ func (d *DataPlane) openExtProc(ctx context.Context, cfg *extprocfilterv3.Extern
 	}
 	timeout := durationOr(cfg.MessageTimeout.AsDuration(), 200*time.Millisecond) // default message_timeout
 	return &extProcStream{cfg: cfg, client: extprocv3.NewExternalProcessorClient(conn), ctx: ctx, cancel: cancel,
-		timeout: timeout, mode: mode}, nil
+		timeout: timeout, clock: d.clock(), mode: mode}, nil
 }
 
 // exchange sends one message and waits message_timeout for the answer. The timer runs from before
@@ -156,12 +166,12 @@ func (s *extProcStream) exchange(req *extprocv3.ProcessingRequest) (*extprocv3.P
 		}
 		finish(st.Recv())
 	}()
-	timer := time.NewTimer(s.timeout)
+	timer := s.clock.NewTimer(s.timeout)
 	defer timer.Stop()
 	select {
 	case r := <-ch:
 		return r.resp, r.err
-	case <-timer.C:
+	case <-timer.C():
 		s.cancel()
 		return nil, errMessageTimeout
 	}

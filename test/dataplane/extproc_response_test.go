@@ -1,7 +1,6 @@
 package dataplane
 
 import (
-	"io"
 	"net/http"
 	"testing"
 	"time"
@@ -12,6 +11,7 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+	clocktesting "k8s.io/utils/clock/testing"
 )
 
 // TestExtProcModeOverride: with allow_mode_override a request_headers answer carrying
@@ -50,11 +50,12 @@ func TestExtProcModeOverride(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			a := newUpstream(t, "a")
 			seen := make(chan *extprocv3.HttpHeaders, 4)
+			release := stall(t)
 			ep := startProcessor(t, func(req *extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error) {
 				if rh := req.GetResponseHeaders(); rh != nil {
 					seen <- rh
 					if tc.slow {
-						time.Sleep(1500 * time.Millisecond)
+						<-release
 					}
 					return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{ImmediateResponse: &extprocv3.ImmediateResponse{
 						Status: &typev3.HttpStatus{Code: typev3.StatusCode_OK}, Body: []byte("merged"),
@@ -65,20 +66,23 @@ func TestExtProcModeOverride(t *testing.T) {
 				r.ModeOverride = tc.override
 				return r, nil
 			})
-			f := startFront(t, Delta, listener(t, nil, extprocFilter(t, func(c *extprocfilterv3.ExternalProcessor) {
+			clk := clocktesting.NewFakeClock(time.Now())
+			f := startFrontWith(t, Delta, func(c *Config) { c.Clock = clk }, listener(t, nil, extprocFilter(t, func(c *extprocfilterv3.ExternalProcessor) {
 				c.AllowModeOverride, c.AllowedOverrideModes = tc.allow, tc.allowed
 			})),
 				routes(routeByHeader("by-header", "x-route")), plainCluster("a", a.addr()), extprocCluster(t, ep))
 			f.waitActive("a")
 			f.waitActive("extproc")
-			resp, err := f.client(false).Get(f.url("/apis"))
-			if err != nil {
-				t.Fatal(err)
+			var code int
+			var body string
+			if tc.slow {
+				// The response phase's message: the processor has it, then its timer fires.
+				code, body = getPastTimeout(t, f.client(false), clk, time.Second, f.url("/apis"), func() bool { return len(seen) == 1 })
+			} else {
+				code, body = get(t, f.client(false), f.url("/apis"))
 			}
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != tc.wantCode || string(body) != tc.wantBody || len(seen) != tc.responses {
-				t.Errorf("%d %q after %d response_headers messages, want %d %q after %d", resp.StatusCode, body, len(seen), tc.wantCode, tc.wantBody, tc.responses)
+			if code != tc.wantCode || body != tc.wantBody || len(seen) != tc.responses {
+				t.Errorf("%d %q after %d response_headers messages, want %d %q after %d", code, body, len(seen), tc.wantCode, tc.wantBody, tc.responses)
 			}
 			if tc.responses > 0 {
 				rh := <-seen

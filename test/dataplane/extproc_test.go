@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+	clocktesting "k8s.io/utils/clock/testing"
 )
 
 // processor is an in-test ext_proc server; answer is called for every message.
@@ -53,6 +54,68 @@ func (p *processor) Process(s extprocv3.ExternalProcessor_ProcessServer) error {
 			}
 		}
 	}
+}
+
+// stalling answers like answer, once release is closed.
+func stalling(release <-chan struct{}, answer func(*extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error)) func(*extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error) {
+	return func(r *extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error) {
+		<-release
+		return answer(r)
+	}
+}
+
+// stall is a processor's answer that comes only once the test ends: past any message timeout,
+// which the test fires by stepping the data plane's fake clock (stepPastTimeout), not by waiting.
+func stall(t *testing.T) <-chan struct{} {
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	return release
+}
+
+// stepPastTimeout waits until ready (nil: at once) and an ext_proc message timer is armed on clk
+// (the only timers on it), then steps clk by d.
+func stepPastTimeout(t *testing.T, clk *clocktesting.FakeClock, d time.Duration, ready func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for ready != nil && !ready() || !clk.HasWaiters() {
+		if time.Now().After(deadline) {
+			t.Fatal("no ext_proc message timer armed")
+		}
+		time.Sleep(time.Millisecond) // waiting for the request to reach ext_proc, not for time to pass
+	}
+	clk.Step(d)
+}
+
+// getPastTimeout sends GET url through c and, while it waits for the processor (once ready), fires
+// the message timeout (timeout, on clk).
+func getPastTimeout(t *testing.T, c *http.Client, clk *clocktesting.FakeClock, timeout time.Duration, url string, ready func() bool, hdr ...string) (int, string) {
+	t.Helper()
+	type result struct {
+		code int
+		body string
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodGet, url, nil)
+		for i := 0; i+1 < len(hdr); i += 2 {
+			req.Header.Add(hdr[i], hdr[i+1])
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		done <- result{code: resp.StatusCode, body: string(b)}
+	}()
+	stepPastTimeout(t, clk, timeout, ready)
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("GET %s: %v", url, r.err)
+	}
+	return r.code, r.body
 }
 
 func startProcessor(t *testing.T, answer func(*extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error)) string {
@@ -118,34 +181,45 @@ func TestExtProcRouteCache(t *testing.T) {
 		name   string
 		answer func(*extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error)
 		want   string
+		stalls bool // answers only past the message timeout
 	}{
 		{"mutation with clear_route_cache re-matches", func(*extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error) {
 			return headersResponse(true, setHdr("x-route", "b", nil)), nil
-		}, "b"},
+		}, "b", false},
 		{"mutation without clear_route_cache keeps the route", func(*extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error) {
 			return headersResponse(false, setHdr("x-route", "b", nil)), nil
-		}, "a"},
+		}, "a", false},
 		{"clear_route_cache without a mutation keeps the route", func(*extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error) {
 			return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{
 				Response: &extprocv3.CommonResponse{ClearRouteCache: true}}}}, nil
-		}, "a"},
+		}, "a", false},
 		{"message timeout fails open on the old route", func(*extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error) {
-			time.Sleep(1500 * time.Millisecond)
 			return headersResponse(true, setHdr("x-route", "b", nil)), nil
-		}, "a"},
+		}, "a", true},
 		{"gRPC error fails open on the old route", func(*extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error) {
 			return nil, errors.New("processor broken")
-		}, "a"},
+		}, "a", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a, b := newUpstream(t, "a"), newUpstream(t, "b")
-			ep := startProcessor(t, tc.answer)
-			f := startFront(t, Delta, listener(t, nil, extprocFilter(t, nil)),
+			answer := tc.answer
+			if tc.stalls {
+				answer = stalling(stall(t), answer)
+			}
+			ep := startProcessor(t, answer)
+			clk := clocktesting.NewFakeClock(time.Now())
+			f := startFrontWith(t, Delta, func(c *Config) { c.Clock = clk }, listener(t, nil, extprocFilter(t, nil)),
 				routes(routeByHeader("by-header", "x-route")), plainCluster("a", a.addr()), plainCluster("b", b.addr()), extprocCluster(t, ep))
 			f.waitActive("a")
 			f.waitActive("b")
 			f.waitActive("extproc")
-			code, body := get(t, f.client(false), f.url("/"), "x-route", "a")
+			var code int
+			var body string
+			if tc.stalls {
+				code, body = getPastTimeout(t, f.client(false), clk, time.Second, f.url("/"), nil, "x-route", "a")
+			} else {
+				code, body = get(t, f.client(false), f.url("/"), "x-route", "a")
+			}
 			if code != 200 || body != tc.want {
 				t.Errorf("%d %q, want 200 from %s", code, body, tc.want)
 			}
@@ -163,10 +237,7 @@ func TestExtProcFailClosed(t *testing.T) {
 		wantCode  int
 		upstreams int
 	}{
-		{"timeout", false, func(*extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error) {
-			time.Sleep(1500 * time.Millisecond)
-			return nil, nil
-		}, 504, 0},
+		{"timeout", false, nil, 504, 0}, // nil: answers only past the message timeout
 		{"gRPC error", false, func(*extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error) {
 			return nil, errors.New("broken")
 		}, 500, 0},
@@ -179,12 +250,22 @@ func TestExtProcFailClosed(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a := newUpstream(t, "a")
-			ep := startProcessor(t, tc.answer)
-			f := startFront(t, Delta, listener(t, nil, extprocFilter(t, func(c *extprocfilterv3.ExternalProcessor) { c.FailureModeAllow = tc.allow })),
+			answer := tc.answer
+			if answer == nil {
+				answer = stalling(stall(t), func(*extprocv3.ProcessingRequest) (*extprocv3.ProcessingResponse, error) { return nil, nil })
+			}
+			ep := startProcessor(t, answer)
+			clk := clocktesting.NewFakeClock(time.Now())
+			f := startFrontWith(t, Delta, func(c *Config) { c.Clock = clk }, listener(t, nil, extprocFilter(t, func(c *extprocfilterv3.ExternalProcessor) { c.FailureModeAllow = tc.allow })),
 				routes(routeTo("default", "a")), plainCluster("a", a.addr()), extprocCluster(t, ep))
 			f.waitActive("a")
 			f.waitActive("extproc")
-			code, _ := get(t, f.client(false), f.url("/"))
+			var code int
+			if tc.answer == nil {
+				code, _ = getPastTimeout(t, f.client(false), clk, time.Second, f.url("/"), nil)
+			} else {
+				code, _ = get(t, f.client(false), f.url("/"))
+			}
 			if code != tc.wantCode || a.count() != tc.upstreams {
 				t.Errorf("%d with %d upstream requests, want %d with %d", code, a.count(), tc.wantCode, tc.upstreams)
 			}

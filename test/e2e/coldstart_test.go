@@ -28,7 +28,7 @@ const coldStartMaxDelay = 3 * time.Second
 // depends on another node.
 const (
 	// discoveryInitialTimeout is discovery's InitialTimeout (Config.InitialTimeout, left at its
-	// default by internal/app): skewgate's first Topology waits at most this long after its start for
+	// default by serve): skewgate's first Topology waits at most this long after its start for
 	// the informers on its local apiserver (client-go reflectors retry a failed list with a backoff of
 	// 0.8 s doubling, jitter up to 2x) and for its static upstream's first fetch and probe.
 	discoveryInitialTimeout = 15 * time.Second

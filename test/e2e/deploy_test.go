@@ -9,7 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
-	kubeadm "github.com/skewgate/skewgate/internal/install"
+	"github.com/skewgate/skewgate/kubeadm"
 	"github.com/skewgate/skewgate/test/testbed"
 )
 

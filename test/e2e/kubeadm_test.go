@@ -14,7 +14,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/skewgate/skewgate/discovery"
-	kubeadm "github.com/skewgate/skewgate/internal/install"
+	"github.com/skewgate/skewgate/kubeadm"
+	"github.com/skewgate/skewgate/serve/options"
 	"github.com/skewgate/skewgate/test/testbed"
 )
 
@@ -96,20 +97,20 @@ func runDiscovery(t *testing.T, kubeconfig string, args map[string][]string, old
 	if cfg.Host != old.URL() {
 		t.Errorf("kubeconfig server %q, want the local apiserver %q", cfg.Host, old.URL())
 	}
+	// serve's own parsing of the flags the install renders.
+	so := options.NewOptions()
+	so.Kubeconfig, so.StaticUpstreams, so.AllowedCIDRs = kubeconfig, args["--static-upstream"], args["--allowed-cidr"]
+	so.Validate() // the Envoy flags are not given here; only the parsed lists below are used
 	var static []discovery.StaticUpstream
-	for _, s := range args["--static-upstream"] {
-		u, err := discovery.ParseStaticUpstream(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		static = append(static, u)
+	for _, u := range so.Static() {
+		static = append(static, discovery.StaticUpstream{Name: u.Name, Address: u.Address})
 	}
-	if len(static) != 1 || static[0].Name != old.Name || static[0].Address != old.Address() {
-		t.Errorf("static upstreams %v, want only the local apiserver %s=%s", static, old.Name, old.Address())
+	if len(static) != 1 || static[0].Name != old.Name || static[0].Address != old.Address() || len(so.Static()) != len(args["--static-upstream"]) {
+		t.Errorf("static upstreams %v of %q, want only the local apiserver %s=%s", static, args["--static-upstream"], old.Name, old.Address())
 	}
-	cidrs, err := discovery.ParseCIDRs(args["--allowed-cidr"])
-	if err != nil {
-		t.Fatal(err)
+	cidrs := so.CIDRs()
+	if len(cidrs) != len(args["--allowed-cidr"]) {
+		t.Fatalf("--allowed-cidr %q parsed as %v", args["--allowed-cidr"], cidrs)
 	}
 	c, err := discovery.New(discovery.Config{
 		Client: kubernetes.NewForConfigOrDie(cfg), Metadata: metadata.NewForConfigOrDie(cfg), Upstream: cfg,

@@ -232,7 +232,7 @@ func TestScenarioOpenAPIMerged(t *testing.T) {
 
 // Bounds of the CRD change in TestScenarioOpenAPIMerged. crdOpenAPILag is discovery's openAPILag
 // (discovery/controller.go: every worker refetches 2 s after the last CRD or APIService event) and
-// crdPollInterval the --poll-interval the front runs with (internal/app's default, 30 s).
+// crdPollInterval the --poll-interval the front runs with (serve/options' default, 30 s).
 // crdRefetchSlack covers the watch event reaching skewgate after kubectl's apply returned, the
 // refetch itself (version, /api, /apis, the index and the changed document from each apiserver) and
 // one publish behind discovery's work queue (10 syncs a second).

@@ -15,7 +15,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/skewgate/skewgate/internal/install"
+	"github.com/skewgate/skewgate/kubeadm"
 	"github.com/skewgate/skewgate/test/dataplane"
 	"github.com/skewgate/skewgate/test/testbed"
 )
@@ -71,7 +71,7 @@ type Node struct {
 	xdsSock, extProcSock string
 	informers            string // skewgate's kubeconfig
 
-	install install.Options // the node as `skewgate kubeadm install` sees it
+	install kubeadm.Options // the node as `skewgate kubeadm install` sees it
 	mu      sync.Mutex
 	sg      *Skewgate
 	dp      *dataPlaneRun
@@ -142,9 +142,9 @@ func NewNode(tb *testbed.Testbed, o NodeOptions) (*Node, error) {
 // node's Dir as both its --config-dir (under etc/) and its --socket-dir: the kubeconfig at
 // etc/skewgate/kubeconfig, the front's certificates and the CA at etc/envoy/ (links to the
 // testbed's files).
-func (n *Node) layout() (install.Options, error) {
+func (n *Node) layout() (kubeadm.Options, error) {
 	a := n.tb.MustApiserver(n.Name)
-	io := install.Options{NodeName: a.Name, APIServerEndpoint: a.Address(), ConfigDir: filepath.Join(n.o.Dir, "etc"), SocketDir: n.o.Dir,
+	io := kubeadm.Options{NodeName: a.Name, APIServerEndpoint: a.Address(), ConfigDir: filepath.Join(n.o.Dir, "etc"), SocketDir: n.o.Dir,
 		FrontPort: Port, HTTPListen: "127.0.0.1:0",
 		// The testbed's apiservers read X-Remote-Uid (--requestheader-uid-headers).
 		ForwardCertificateUID: true,
@@ -167,7 +167,7 @@ func (n *Node) layout() (install.Options, error) {
 }
 
 // args are skewgate's flags on this node: those the kubeadm install renders for its static pod
-// (install.Options.ServeArgs: the local apiserver as its only static upstream, the xDS and ext_proc
+// (kubeadm.Options.ServeArgs: the local apiserver as its only static upstream, the xDS and ext_proc
 // unix sockets, the front's files), then what the testbed needs instead: the front on the node's
 // own address rather than every address (the nodes share one host), and the shorter probe and
 // health check interval of the tests.

@@ -20,7 +20,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/skewgate/skewgate/discovery"
-	"github.com/skewgate/skewgate/internal/app"
+	"github.com/skewgate/skewgate/serve"
 )
 
 // Skewgate is one `skewgate serve` process of a front or a node: the built binary (skewgateBinary),
@@ -120,7 +120,7 @@ func startSkewgate(name, logPath string, args []string, logf func(string, ...any
 	return s, nil
 }
 
-// servingLine is the log line skewgate writes once its listeners are open (internal/app.Start).
+// servingLine is the log line skewgate writes once its listeners are open (internal/serve.Start).
 type servingLine struct {
 	Msg     string `json:"msg"`
 	XDS     string `json:"xds"`
@@ -193,7 +193,7 @@ func (s *Skewgate) WaitReady(ctx context.Context) error {
 }
 
 // Topology is the document skewgate serves on /topology.
-type Topology struct{ app.TopologyView }
+type Topology struct{ serve.TopologyView }
 
 // Upstream finds an upstream by name, proven or not (discovery.Topology.Upstream).
 func (t *Topology) Upstream(name string) (discovery.Upstream, bool) {

@@ -1,0 +1,188 @@
+package kubeadm
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/yaml"
+
+	"github.com/skewgate/skewgate/serve/options"
+	"github.com/skewgate/skewgate/xds"
+)
+
+// File is one file the command owns.
+type File struct {
+	Path string
+	Mode os.FileMode
+	Data []byte
+	// Secret files are redacted in dry-run output.
+	Secret bool
+}
+
+// Dir is a directory the command creates (or whose mode it corrects).
+type Dir struct {
+	Path string
+	Mode os.FileMode
+	// Foreign directories (the kubelet's manifests directory) are created when missing but their
+	// mode is never changed.
+	Foreign bool
+}
+
+// Plan is everything Render decided; Apply carries it out.
+type Plan struct {
+	Dirs  []Dir
+	Files []File
+	// Issued is true when the client certificate is new (none, or the existing one is not good).
+	Issued bool
+}
+
+const header = "# Rendered by `skewgate kubeadm install`; edits are overwritten when it runs again.\n"
+
+// RBACFile is the name, in ConfigDir, of the RBAC to apply with an admin credential.
+const RBACFile = "rbac.yaml"
+
+// Render validates o (after WithDefaults), reads the node's PKI and the existing client certificate,
+// and returns the plan. It writes nothing.
+func Render(o Options) (*Plan, error) {
+	o = o.WithDefaults()
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	if err := checkServeArgs(o.ServeArgs()); err != nil {
+		return nil, err
+	}
+	p := o.paths()
+	now := o.Now()
+	node, err := readNodeFiles(o.PKIDir, now)
+	if err != nil {
+		return nil, err
+	}
+	ca, err := readCA(o.PKIDir, now)
+	if err != nil {
+		return nil, err
+	}
+	certPEM, keyPEM, issued, err := ca.clientCert(o.ConfigDir, now, node.servingExpiry)
+	if err != nil {
+		return nil, err
+	}
+	kc, err := kubeconfig("https://"+o.APIServerEndpoint, p.skewgateCA, p.certFile, p.keyFile)
+	if err != nil {
+		return nil, err
+	}
+	// The admin API can stop Envoy or drain its listener: on a host-network pod a loopback port is
+	// open to every local user and pod, a socket in the root-only directory is not.
+	bo := xds.BootstrapOptions{NodeID: o.NodeName, NodeCluster: "skewgate-front", XDSAddress: p.xdsSocket, Delta: true,
+		SDSDir: filepath.Join(p.envoyDir, "sds"), AdminAddress: p.adminSocket}
+	b, err := xds.Bootstrap(bo)
+	if err != nil {
+		return nil, fmt.Errorf("envoy bootstrap: %w", err)
+	}
+	by, err := xds.BootstrapYAML(b)
+	if err != nil {
+		return nil, err
+	}
+	sds, err := xds.BootstrapSDSFiles(bo) // none: the socket needs no mTLS
+	if err != nil {
+		return nil, err
+	}
+	rbac, err := RBACYAML()
+	if err != nil {
+		return nil, err
+	}
+	sg, err := objectsYAML(o.skewgatePod(certPEM, node.ca))
+	if err != nil {
+		return nil, err
+	}
+	envoy, err := objectsYAML(o.envoyPod())
+	if err != nil {
+		return nil, err
+	}
+	plan := &Plan{Issued: issued, Dirs: []Dir{
+		{Path: o.ConfigDir, Mode: 0o755}, {Path: p.skewgateDir, Mode: 0o700}, {Path: p.envoyDir, Mode: 0o700},
+		{Path: o.SocketDir, Mode: 0o700}, {Path: o.ManifestsDir, Mode: 0o700, Foreign: true},
+	}}
+	// Keys before their certificates: Envoy reloads a pair on each move into its directory, and a
+	// new key with the old certificate is refused (it keeps the old pair) until the certificate follows.
+	plan.Files = []File{
+		{Path: p.keyFile, Mode: 0o600, Data: keyPEM, Secret: true},
+		{Path: p.certFile, Mode: 0o644, Data: certPEM},
+		{Path: p.skewgateCA, Mode: 0o644, Data: node.ca},
+		{Path: p.kubeconfig, Mode: 0o600, Data: kc},
+		{Path: p.envoyCA, Mode: 0o644, Data: node.ca},
+		{Path: p.servingKey, Mode: 0o600, Data: node.servingKey, Secret: true},
+		{Path: p.servingCert, Mode: 0o644, Data: node.servingCert},
+		{Path: p.proxyKey, Mode: 0o600, Data: node.proxyKey, Secret: true},
+		{Path: p.proxyCert, Mode: 0o644, Data: node.proxyCert},
+		{Path: p.bootstrap, Mode: 0o644, Data: append([]byte(header), by...)},
+	}
+	if len(sds) > 0 {
+		plan.Dirs = append(plan.Dirs, Dir{Path: bo.SDSDir, Mode: 0o700})
+	}
+	for _, name := range slices.Sorted(maps.Keys(sds)) {
+		plan.Files = append(plan.Files, File{Path: filepath.Join(bo.SDSDir, name), Mode: 0o644, Data: sds[name]})
+	}
+	plan.Files = append(plan.Files,
+		File{Path: filepath.Join(o.ConfigDir, RBACFile), Mode: 0o644, Data: rbac},
+		// The pods last: when the kubelet starts them, everything they mount is in place.
+		File{Path: filepath.Join(o.ManifestsDir, "skewgate.yaml"), Mode: 0o600, Data: sg},
+		File{Path: filepath.Join(o.ManifestsDir, "skewgate-envoy.yaml"), Mode: 0o600, Data: envoy},
+	)
+	return plan, nil
+}
+
+// RBACYAML is the RBAC of RBAC() as the command writes it to ConfigDir/RBACFile.
+func RBACYAML() ([]byte, error) { return objectsYAML(RBAC()...) }
+
+// checkServeArgs parses args with serve's own flags and validation, so the pod never runs with a
+// flag serve does not know or refuses.
+func checkServeArgs(args []string) error {
+	so := options.NewOptions()
+	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+	so.AddFlags(fs)
+	if err := fs.Parse(args[1:]); err != nil {
+		return fmt.Errorf("skewgate serve arguments: %w", err)
+	}
+	so.Complete()
+	if errs := so.Validate(); len(errs) > 0 {
+		return fmt.Errorf("skewgate serve arguments: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// objectsYAML renders objects as YAML documents, without the empty status and creation timestamp
+// the API types carry.
+func objectsYAML(objs ...runtime.Object) ([]byte, error) {
+	var out bytes.Buffer
+	out.WriteString(header)
+	for i, obj := range objs {
+		j, err := json.Marshal(obj)
+		if err != nil {
+			return nil, err
+		}
+		var m map[string]any
+		if err := json.Unmarshal(j, &m); err != nil {
+			return nil, err
+		}
+		delete(m, "status")
+		if meta, ok := m["metadata"].(map[string]any); ok {
+			delete(meta, "creationTimestamp")
+		}
+		y, err := yaml.Marshal(m)
+		if err != nil {
+			return nil, err
+		}
+		if i > 0 {
+			out.WriteString("---\n")
+		}
+		out.Write(y)
+	}
+	return out.Bytes(), nil
+}
