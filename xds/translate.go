@@ -52,12 +52,17 @@ type validator interface {
 
 // pack validates m and packs it into an Any: go-control-plane's snapshot validation (Consistent) only
 // checks that EDS and RDS names resolve and never unpacks a typed config, so an invalid one would
-// otherwise reach Envoy and be NACKed.
+// otherwise reach Envoy and be NACKed. It packs deterministically (map entries in key order), so an
+// unchanged config packs to the same bytes and the server sees an unchanged translation as one.
 func pack(m validator) (*anypb.Any, error) {
 	if err := m.ValidateAll(); err != nil {
 		return nil, fmt.Errorf("%s: %w", m.ProtoReflect().Descriptor().FullName(), err)
 	}
-	return anypb.New(m)
+	a := new(anypb.Any)
+	if err := anypb.MarshalFrom(a, m, proto.MarshalOptions{Deterministic: true}); err != nil {
+		return nil, err
+	}
+	return a, nil
 }
 
 // Translate turns a Topology into Envoy resources. It is pure: the same Topology and Options give the
