@@ -98,12 +98,13 @@ func Translate(t *discovery.Topology, o Options) (*Resources, error) {
 	return rs, nil
 }
 
-// check validates every resource and that every cluster a route names statically exists; the
-// snapshot's Consistent() only checks EDS and RDS names.
+// check validates every resource (a part many clusters share once: validate.go) and that every
+// cluster a route names statically exists; the snapshot's Consistent() only checks EDS and RDS names.
 func (rs *Resources) check() error {
 	names := make(map[string]bool, len(rs.Clusters))
+	v := newSharedValidator[*clusterv3.Cluster]()
 	for _, c := range rs.Clusters {
-		if err := c.ValidateAll(); err != nil {
+		if err := v.validate(c); err != nil {
 			return fmt.Errorf("cluster %s: %w", c.Name, err)
 		}
 		names[c.Name] = true
