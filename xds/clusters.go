@@ -136,7 +136,7 @@ func (tb *translator) twins(out []*clusterv3.Cluster, name string, names []strin
 // goroutines at once), so a cluster differs from its neighbours only in name and endpoints.
 type apiserverShape struct {
 	connectTimeout  *durationpb.Duration
-	protocolOptions *anypb.Any
+	protocolOptions map[string]*anypb.Any // typed_extension_protocol_options
 	transportSocket *corev3.TransportSocket
 	socketMatches   []*clusterv3.Cluster_TransportSocketMatch
 	healthChecks    []*corev3.HealthCheck
@@ -161,7 +161,7 @@ func (tb *translator) apiserverCluster(base string, m members, kind clusterKind)
 		LoadAssignment:                m.loadAssignment(name),
 		TransportSocket:               s.transportSocket,
 		TransportSocketMatches:        s.socketMatches,
-		TypedExtensionProtocolOptions: map[string]*anypb.Any{httpProtocolOptionsKey: s.protocolOptions},
+		TypedExtensionProtocolOptions: s.protocolOptions,
 		HealthChecks:                  s.healthChecks,
 		// No outlier_detection: the active /readyz checks above alone decide which apiserver is in.
 		// Envoy's detector counts what clients can cause on purpose. A response code goes to
@@ -220,7 +220,7 @@ func (tb *translator) newShape(kind clusterKind) (*apiserverShape, error) {
 	hc := apiserverHealthCheck(tb.o.HealthCheckInterval, codec)
 	s := &apiserverShape{
 		connectTimeout:  durationpb.New(2 * time.Second),
-		protocolOptions: opts,
+		protocolOptions: map[string]*anypb.Any{httpProtocolOptionsKey: opts},
 		transportSocket: ts,
 		healthChecks:    []*corev3.HealthCheck{hc},
 		// Sized for thousands of long-lived watches per upstream.
