@@ -5,6 +5,7 @@ import (
 	"time"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/skewgate/skewgate/internal/wire"
@@ -32,6 +33,12 @@ func TestSharedValidatorIsValidateAll(t *testing.T) {
 			// apiserver-3 is in the all-cluster, its own and a set's, each with twins.
 			ep := c[wire.UpstreamCluster("apiserver-0003")].LoadAssignment.Endpoints[0].LbEndpoints[0]
 			ep.GetEndpoint().GetAddress().GetSocketAddress().Address = ""
+		}},
+		{name: "one twin's own endpoints", fail: 1, mutate: func(c map[string]*clusterv3.Cluster) {
+			// The twins share their endpoints; this one gets a list of its own, with a priority
+			// over 128.
+			la := c[wire.HTTP1Cluster(wire.AllCluster)].LoadAssignment
+			la.Endpoints = []*endpointv3.LocalityLbEndpoints{{LbEndpoints: la.Endpoints[0].LbEndpoints, Priority: 200}}
 		}},
 		{name: "one cluster's own copy of a shared part", fail: 1, mutate: func(c map[string]*clusterv3.Cluster) {
 			c[anon].ConnectTimeout = &durationpb.Duration{Seconds: -1}
