@@ -2,22 +2,19 @@ package xds
 
 import (
 	"fmt"
-	"net"
-	"strings"
+	"slices"
 	"time"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
-	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
-	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/internal/wire"
 )
 
@@ -34,9 +31,30 @@ const (
 	kindHTTP1
 	// kindAnon is the anonymous twin (wire.AnonCluster): HTTP/2 without a client certificate.
 	kindAnon
+	numClusterKinds
 )
 
 var clusterKinds = []clusterKind{kindH2, kindHTTP1, kindAnon}
+
+// name is the name of base's twin of kind k.
+func (k clusterKind) name(base string) string {
+	switch k {
+	case kindHTTP1:
+		return wire.HTTP1Cluster(base)
+	case kindAnon:
+		return wire.AnonCluster(base)
+	}
+	return base
+}
+
+// protocol is the ALPN and the health checks' codec of kind k: HTTP/1.1 for the upgrade twin,
+// HTTP/2 for the others.
+func (k clusterKind) protocol() (alpn string, codec typev3.CodecClientType) {
+	if k == kindHTTP1 {
+		return "http/1.1", typev3.CodecClientType_HTTP1
+	}
+	return "h2", typev3.CodecClientType_HTTP2
+}
 
 // healthCheckMatch selects the transport socket of the anonymous twins' health checks: Envoy's HTTP
 // health checker opens its connections with HostImpl::createHealthCheckConnection, which resolves the
@@ -53,72 +71,100 @@ const (
 	healthCheckMatchValue = "health-check"
 )
 
-// apiserverCluster is a cluster of apiservers at addrs (host:port) of the given kind.
-func (tb *translator) apiserverCluster(name string, addrs []string, kind clusterKind) (*clusterv3.Cluster, error) {
-	alpn, codec := "h2", typev3.CodecClientType_HTTP2
-	h1 := kind == kindHTTP1
-	var err error
-	proto := &httpv3.HttpProtocolOptions{
-		CommonHttpProtocolOptions: &corev3.HttpProtocolOptions{IdleTimeout: durationpb.New(time.Hour)},
-		UpstreamProtocolOptions: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig{
-			ProtocolConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{Http2ProtocolOptions: &corev3.Http2ProtocolOptions{
-				// kube-apiserver's default --http2-max-streams-per-connection.
-				MaxConcurrentStreams: wrapperspb.UInt32(1000),
-				ConnectionKeepalive:  &corev3.KeepaliveSettings{Interval: durationpb.New(30 * time.Second), Timeout: durationpb.New(10 * time.Second)},
-			}},
-		}},
+// clusters are the apiserver clusters of all upstreams (those that proved their capabilities), of
+// every upstream and of every capability set, each with its twins, and the ext_proc cluster, sorted
+// by name.
+func (tb *translator) clusters(t *discovery.Topology) ([]*clusterv3.Cluster, error) {
+	tb.upstreams = make(map[string]*upstreamEndpoint, len(t.Upstreams))
+	all := make([]string, 0, len(t.Upstreams))
+	for _, u := range t.Upstreams {
+		tb.upstreams[u.Name] = &upstreamEndpoint{addr: u.Address}
+		// Only upstreams whose discovery was fetched over verified TLS take default traffic: an
+		// address from a Lease that never proved to be an apiserver gets none.
+		if u.Capabilities {
+			all = append(all, u.Name)
+		}
 	}
-	if proto.HttpFilters, err = apiserverUpstreamFilters(); err != nil {
-		return nil, err
-	}
-	if h1 {
-		name = wire.HTTP1Cluster(name)
-		alpn, codec = "http/1.1", typev3.CodecClientType_HTTP1
-		proto.UpstreamProtocolOptions = &httpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig{
-			ProtocolConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_HttpProtocolOptions{HttpProtocolOptions: &corev3.Http1ProtocolOptions{}},
-		}}
-	}
-	protoAny, err := tb.packOnce(proto)
+	out := make([]*clusterv3.Cluster, 0, len(clusterKinds)*(1+len(t.Upstreams)+len(t.Sets))+1)
+	out, err := tb.twins(out, wire.AllCluster, all)
 	if err != nil {
 		return nil, err
 	}
-	if kind == kindAnon {
-		name = wire.AnonCluster(name)
+	for _, u := range t.Upstreams {
+		if out, err = tb.twins(out, wire.UpstreamCluster(u.Name), []string{u.Name}); err != nil {
+			return nil, err
+		}
 	}
-	// Every twin verifies the apiserver; only the anonymous one presents no certificate, so the
-	// apiserver applies its own anonymous policy (--anonymous-auth, AuthenticationConfiguration).
-	ts, err := tb.apiserverSocket(alpn, kind != kindAnon)
+	for _, s := range t.Sets {
+		if out, err = tb.twins(out, wire.SetCluster(s.Members), s.Members); err != nil {
+			return nil, err
+		}
+	}
+	ep, err := tb.extProcCluster()
 	if err != nil {
 		return nil, err
 	}
-	la, discoveryType, err := loadAssignment(name, addrs)
+	out = append(out, ep)
+	slices.SortFunc(out, func(a, b *clusterv3.Cluster) int { return cmpString(a.Name, b.Name) })
+	for i := 1; i < len(out); i++ {
+		if out[i].Name == out[i-1].Name {
+			return nil, fmt.Errorf("duplicate cluster %q", out[i].Name)
+		}
+	}
+	return out, nil
+}
+
+// twins appends the cluster name of the upstreams names and its twins to out.
+func (tb *translator) twins(out []*clusterv3.Cluster, name string, names []string) ([]*clusterv3.Cluster, error) {
+	m, err := tb.members(name, names)
 	if err != nil {
 		return nil, err
 	}
-	iv := tb.o.HealthCheckInterval
-	c := &clusterv3.Cluster{
+	for _, kind := range clusterKinds {
+		c, err := tb.apiserverCluster(name, m, kind)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// apiserverShape is what every apiserver cluster of one kind has in common. It is built, validated
+// and packed once per translation and shared by pointer among the clusters: nothing modifies a
+// resource after Translate returns, and go-control-plane only marshals and hashes them, which is
+// safe from many goroutines at once (pkg/cache/v3/cached_resource.go at v0.14.0: "resource must not
+// be modified once the cachedResource is created"). A cluster differs from its neighbours only in
+// name and endpoints; TestSharedMessagesStayIntact checks all this under -race.
+type apiserverShape struct {
+	connectTimeout  *durationpb.Duration
+	protocolOptions map[string]*anypb.Any // typed_extension_protocol_options
+	transportSocket *corev3.TransportSocket
+	socketMatches   []*clusterv3.Cluster_TransportSocketMatch
+	healthChecks    []*corev3.HealthCheck
+	circuitBreakers *clusterv3.CircuitBreakers
+	commonLb        *clusterv3.Cluster_CommonLbConfig
+	connOptions     *clusterv3.UpstreamConnectionOptions
+}
+
+// apiserverCluster is base's twin of the given kind, a cluster of the apiservers m.
+func (tb *translator) apiserverCluster(base string, m members, kind clusterKind) (*clusterv3.Cluster, error) {
+	s, err := tb.shape(kind)
+	if err != nil {
+		return nil, err
+	}
+	name := kind.name(base)
+	return &clusterv3.Cluster{
 		Name:                 name,
-		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: discoveryType},
-		ConnectTimeout:       durationpb.New(2 * time.Second),
+		ClusterDiscoveryType: m.typ,
+		ConnectTimeout:       s.connectTimeout,
 		// Watches are long; balance by requests in flight, not by turns.
 		LbPolicy:                      clusterv3.Cluster_LEAST_REQUEST,
-		LoadAssignment:                la,
-		TransportSocket:               ts,
-		TypedExtensionProtocolOptions: map[string]*anypb.Any{httpProtocolOptionsKey: protoAny},
-		HealthChecks: []*corev3.HealthCheck{{
-			Timeout:            durationpb.New(iv),
-			Interval:           durationpb.New(iv),
-			NoTrafficInterval:  durationpb.New(iv), // set clusters may be idle; keep them fresh anyway
-			UnhealthyThreshold: wrapperspb.UInt32(2),
-			HealthyThreshold:   wrapperspb.UInt32(1),
-			HealthChecker: &corev3.HealthCheck_HttpHealthCheck_{HttpHealthCheck: &corev3.HealthCheck_HttpHealthCheck{
-				Host: wire.UpstreamSNI, Path: "/readyz", CodecClientType: codec,
-				RequestHeadersToAdd: []*corev3.HeaderValueOption{{
-					Header:       &corev3.HeaderValue{Key: wire.RemoteUserHeader, Value: wire.HealthCheckUser},
-					AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
-				}},
-			}},
-		}},
+		LoadAssignment:                m.loadAssignment(name),
+		TransportSocket:               s.transportSocket,
+		TransportSocketMatches:        s.socketMatches,
+		TypedExtensionProtocolOptions: s.protocolOptions,
+		HealthChecks:                  s.healthChecks,
 		// No outlier_detection: the active /readyz checks above alone decide which apiserver is in.
 		// Envoy's detector counts what clients can cause on purpose. A response code goes to
 		// putHttpResponseCode in every mode (router.cc, Filter::onUpstreamHeaders), so an
@@ -141,8 +187,46 @@ func (tb *translator) apiserverCluster(name string, addrs []string, kind cluster
 		// LOCAL_ORIGIN_CONNECT_SUCCESS) in a 2026 main copy; no copy at the 1.37.6..1.40.0 tags could
 		// be read, and their changelogs change none of this (test/dataplane/CONFORMANCE.md row 19);
 		// the router's reporting is the same in every copy of router.cc read.
+		CircuitBreakers:           s.circuitBreakers,
+		CommonLbConfig:            s.commonLb,
+		IgnoreHealthOnHostRemoval: true,
+		UpstreamConnectionOptions: s.connOptions,
+	}, nil
+}
+
+// shape is the apiserverShape of kind, built on first use.
+func (tb *translator) shape(kind clusterKind) (*apiserverShape, error) {
+	if s := tb.shapes[kind]; s != nil {
+		return s, nil
+	}
+	s, err := tb.newShape(kind)
+	if err != nil {
+		return nil, err
+	}
+	tb.shapes[kind] = s
+	return s, nil
+}
+
+func (tb *translator) newShape(kind clusterKind) (*apiserverShape, error) {
+	alpn, codec := kind.protocol()
+	opts, err := apiserverProtocolOptions(kind)
+	if err != nil {
+		return nil, err
+	}
+	// Every twin verifies the apiserver; only the anonymous one presents no certificate, so the
+	// apiserver applies its own anonymous policy (--anonymous-auth, AuthenticationConfiguration).
+	ts, err := tb.apiserverSocket(alpn, kind != kindAnon)
+	if err != nil {
+		return nil, err
+	}
+	hc := apiserverHealthCheck(tb.o.HealthCheckInterval, codec)
+	s := &apiserverShape{
+		connectTimeout:  durationpb.New(2 * time.Second),
+		protocolOptions: map[string]*anypb.Any{httpProtocolOptionsKey: opts},
+		transportSocket: ts,
+		healthChecks:    []*corev3.HealthCheck{hc},
 		// Sized for thousands of long-lived watches per upstream.
-		CircuitBreakers: &clusterv3.CircuitBreakers{Thresholds: []*clusterv3.CircuitBreakers_Thresholds{{
+		circuitBreakers: &clusterv3.CircuitBreakers{Thresholds: []*clusterv3.CircuitBreakers_Thresholds{{
 			Priority:           corev3.RoutingPriority_DEFAULT,
 			MaxConnections:     wrapperspb.UInt32(100000),
 			MaxPendingRequests: wrapperspb.UInt32(10000),
@@ -151,9 +235,8 @@ func (tb *translator) apiserverCluster(name string, addrs []string, kind cluster
 		}}},
 		// Never send to hosts known to be unhealthy, even when most are: a dead or incapable apiserver
 		// answers nothing useful, while Envoy's 503 tells the client to retry.
-		CommonLbConfig:            &clusterv3.Cluster_CommonLbConfig{HealthyPanicThreshold: &typev3.Percent{Value: 0}},
-		IgnoreHealthOnHostRemoval: true,
-		UpstreamConnectionOptions: &clusterv3.UpstreamConnectionOptions{TcpKeepalive: &corev3.TcpKeepalive{
+		commonLb: &clusterv3.Cluster_CommonLbConfig{HealthyPanicThreshold: &typev3.Percent{Value: 0}},
+		connOptions: &clusterv3.UpstreamConnectionOptions{TcpKeepalive: &corev3.TcpKeepalive{
 			KeepaliveTime: wrapperspb.UInt32(30), KeepaliveInterval: wrapperspb.UInt32(10), KeepaliveProbes: wrapperspb.UInt32(3),
 		}},
 	}
@@ -165,141 +248,58 @@ func (tb *translator) apiserverCluster(name string, addrs []string, kind cluster
 		if err != nil {
 			return nil, err
 		}
-		c.TransportSocketMatches = []*clusterv3.Cluster_TransportSocketMatch{{
+		s.socketMatches = []*clusterv3.Cluster_TransportSocketMatch{{
 			Name:            "health-check",
 			Match:           healthCheckCriteria(),
 			TransportSocket: withCert,
 		}}
-		c.HealthChecks[0].TransportSocketMatchCriteria = healthCheckCriteria()
+		hc.TransportSocketMatchCriteria = healthCheckCriteria()
 	}
-	return c, nil
+	return s, nil
+}
+
+// apiserverProtocolOptions are the upstream HTTP options of kind's clusters, packed: HTTP/1.1 for
+// the upgrade twin, HTTP/2 sized like kube-apiserver for the others, and the upstream filters.
+func apiserverProtocolOptions(kind clusterKind) (*anypb.Any, error) {
+	var protocol httpv3.HttpProtocolOptions_ExplicitHttpConfig
+	if kind == kindHTTP1 {
+		protocol.ProtocolConfig = &httpv3.HttpProtocolOptions_ExplicitHttpConfig_HttpProtocolOptions{HttpProtocolOptions: &corev3.Http1ProtocolOptions{}}
+	} else {
+		protocol.ProtocolConfig = &httpv3.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{Http2ProtocolOptions: &corev3.Http2ProtocolOptions{
+			// kube-apiserver's default --http2-max-streams-per-connection.
+			MaxConcurrentStreams: wrapperspb.UInt32(1000),
+			ConnectionKeepalive:  &corev3.KeepaliveSettings{Interval: durationpb.New(30 * time.Second), Timeout: durationpb.New(10 * time.Second)},
+		}}
+	}
+	filters, err := apiserverUpstreamFilters()
+	if err != nil {
+		return nil, err
+	}
+	return pack(&httpv3.HttpProtocolOptions{
+		CommonHttpProtocolOptions: &corev3.HttpProtocolOptions{IdleTimeout: durationpb.New(time.Hour)},
+		UpstreamProtocolOptions:   &httpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &protocol},
+		HttpFilters:               filters,
+	})
+}
+
+// apiserverHealthCheck probes /readyz every interval, as the health-check user over codec.
+func apiserverHealthCheck(interval time.Duration, codec typev3.CodecClientType) *corev3.HealthCheck {
+	return &corev3.HealthCheck{
+		Timeout:            durationpb.New(interval),
+		Interval:           durationpb.New(interval),
+		NoTrafficInterval:  durationpb.New(interval), // set clusters may be idle; keep them fresh anyway
+		UnhealthyThreshold: wrapperspb.UInt32(2),
+		HealthyThreshold:   wrapperspb.UInt32(1),
+		HealthChecker: &corev3.HealthCheck_HttpHealthCheck_{HttpHealthCheck: &corev3.HealthCheck_HttpHealthCheck{
+			Host: wire.UpstreamSNI, Path: "/readyz", CodecClientType: codec,
+			RequestHeadersToAdd: []*corev3.HeaderValueOption{{
+				Header:       &corev3.HeaderValue{Key: wire.RemoteUserHeader, Value: wire.HealthCheckUser},
+				AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+			}},
+		}},
+	}
 }
 
 func healthCheckCriteria() *structpb.Struct {
 	return &structpb.Struct{Fields: map[string]*structpb.Value{healthCheckMatchKey: structpb.NewStringValue(healthCheckMatchValue)}}
-}
-
-// extProcCluster is the gRPC cluster of the ext_proc service; its mTLS pair and CA arrive over SDS.
-func (tb *translator) extProcCluster() (*clusterv3.Cluster, error) {
-	var creds *grpcCreds
-	if tb.o.ExtProcCAFile != "" {
-		creds = &grpcCreds{cert: sdsRef(SecretExtProcCert), ca: sdsRef(SecretExtProcCA)}
-	}
-	c, err := grpcCluster(wire.ExtProcCluster, tb.o.ExtProcAddress, tb.o.ExtProcSNI, creds)
-	if err != nil {
-		return nil, err
-	}
-	// One stream per request, and with Envoy < 1.37 one per open watch.
-	c.CircuitBreakers = &clusterv3.CircuitBreakers{Thresholds: []*clusterv3.CircuitBreakers_Thresholds{{
-		Priority:           corev3.RoutingPriority_DEFAULT,
-		MaxConnections:     wrapperspb.UInt32(1024),
-		MaxPendingRequests: wrapperspb.UInt32(10000),
-		MaxRequests:        wrapperspb.UInt32(1000000),
-	}}}
-	return c, nil
-}
-
-// grpcCreds names the SDS secrets of a gRPC cluster's mTLS: the client certificate it presents and
-// the CA that verifies the server.
-type grpcCreds struct {
-	cert, ca *tlsv3.SdsSecretConfig
-}
-
-// grpcCluster is an HTTP/2 cluster of one gRPC endpoint, host:port or unix:///path, with mTLS when
-// creds is set (the peer verified for sni, default the host).
-func grpcCluster(name, addr, sni string, creds *grpcCreds) (*clusterv3.Cluster, error) {
-	protoAny, err := pack(&httpv3.HttpProtocolOptions{
-		UpstreamProtocolOptions: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig{
-			ProtocolConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{Http2ProtocolOptions: &corev3.Http2ProtocolOptions{
-				ConnectionKeepalive: &corev3.KeepaliveSettings{Interval: durationpb.New(30 * time.Second), Timeout: durationpb.New(5 * time.Second)},
-			}},
-		}},
-	})
-	if err != nil {
-		return nil, err
-	}
-	c := &clusterv3.Cluster{
-		Name:                          name,
-		ConnectTimeout:                durationpb.New(time.Second),
-		TypedExtensionProtocolOptions: map[string]*anypb.Any{httpProtocolOptionsKey: protoAny},
-	}
-	if path, ok := strings.CutPrefix(addr, "unix://"); ok {
-		c.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STATIC}
-		c.LoadAssignment = &endpointv3.ClusterLoadAssignment{ClusterName: name, Endpoints: []*endpointv3.LocalityLbEndpoints{{
-			LbEndpoints: []*endpointv3.LbEndpoint{lbEndpoint(&corev3.Address{Address: &corev3.Address_Pipe{Pipe: &corev3.Pipe{Path: path}}})},
-		}}}
-	} else {
-		la, typ, err := loadAssignment(name, []string{addr})
-		if err != nil {
-			return nil, err
-		}
-		c.ClusterDiscoveryType, c.LoadAssignment = &clusterv3.Cluster_Type{Type: typ}, la
-	}
-	if creds != nil {
-		if sni == "" {
-			sni, _, _ = net.SplitHostPort(addr)
-		}
-		if c.TransportSocket, err = mtlsSocket(sni, creds, tlsv3.TlsParameters_TLSv1_3, "h2"); err != nil {
-			return nil, err
-		}
-	}
-	return c, nil
-}
-
-// mtlsSocket is a TLS transport socket that presents creds.cert and verifies the peer's chain
-// against creds.ca and its name (Envoy checks the chain but not the name unless told to:
-// match_typed_subject_alt_names).
-func mtlsSocket(sni string, creds *grpcCreds, minVersion tlsv3.TlsParameters_TlsProtocol, alpn string) (*corev3.TransportSocket, error) {
-	tlsAny, err := pack(&tlsv3.UpstreamTlsContext{
-		Sni: sni,
-		CommonTlsContext: &tlsv3.CommonTlsContext{
-			TlsParams:                      &tlsv3.TlsParameters{TlsMinimumProtocolVersion: minVersion},
-			TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{creds.cert},
-			ValidationContextType: &tlsv3.CommonTlsContext_CombinedValidationContext{CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
-				DefaultValidationContext: &tlsv3.CertificateValidationContext{MatchTypedSubjectAltNames: []*tlsv3.SubjectAltNameMatcher{{
-					SanType: sanType(sni),
-					Matcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: sni}},
-				}}},
-				ValidationContextSdsSecretConfig: creds.ca,
-			}},
-			AlpnProtocols: []string{alpn},
-		},
-	})
-	if err != nil {
-		return nil, err
-	}
-	return &corev3.TransportSocket{Name: transportTLS, ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: tlsAny}}, nil
-}
-
-func sanType(name string) tlsv3.SubjectAltNameMatcher_SanType {
-	if isIP(name) {
-		return tlsv3.SubjectAltNameMatcher_IP_ADDRESS
-	}
-	return tlsv3.SubjectAltNameMatcher_DNS
-}
-
-// loadAssignment lists addrs (host:port) as endpoints. IP literals make a STATIC cluster; any
-// hostname makes the cluster STRICT_DNS, which resolves every endpoint.
-func loadAssignment(cluster string, addrs []string) (*endpointv3.ClusterLoadAssignment, clusterv3.Cluster_DiscoveryType, error) {
-	typ := clusterv3.Cluster_STATIC
-	eps := make([]*endpointv3.LbEndpoint, 0, len(addrs))
-	for _, a := range addrs {
-		host, port, err := splitHostPort(a)
-		if err != nil {
-			return nil, 0, fmt.Errorf("cluster %s: address %q: %v", cluster, a, err)
-		}
-		if !isIP(host) {
-			typ = clusterv3.Cluster_STRICT_DNS
-		}
-		eps = append(eps, lbEndpoint(socketAddress(host, port)))
-	}
-	la := &endpointv3.ClusterLoadAssignment{ClusterName: cluster}
-	if len(eps) > 0 {
-		la.Endpoints = []*endpointv3.LocalityLbEndpoints{{LbEndpoints: eps}}
-	}
-	return la, typ, nil
-}
-
-func lbEndpoint(addr *corev3.Address) *endpointv3.LbEndpoint {
-	return &endpointv3.LbEndpoint{HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{Address: addr}}}
 }

@@ -60,20 +60,42 @@ func noInternalPeers() *hcmv3.HttpConnectionManager_InternalAddressConfig {
 	}
 }
 
+// listener is the one HTTPS listener: TLS, then the connection manager and its filters.
 func (tb *translator) listener() (*listenerv3.Listener, error) {
-	strip := &headermutationv3.HeaderMutation{Mutations: &headermutationv3.Mutations{}}
-	for _, h := range strippedHeaders {
-		strip.Mutations.RequestMutations = append(strip.Mutations.RequestMutations,
-			&mutationrulesv3.HeaderMutation{Action: &mutationrulesv3.HeaderMutation_Remove{Remove: h}})
+	filters, err := tb.httpFilters()
+	if err != nil {
+		return nil, err
 	}
-	// X-Remote-Extra-<key> has an open set of names: remove by prefix. HeaderMutation.remove_on_match
-	// first shipped in Envoy 1.36.0 (changelogs/1.36.0.yaml); every supported release has it.
-	strip.Mutations.RequestMutations = append(strip.Mutations.RequestMutations, &mutationrulesv3.HeaderMutation{
-		Action: &mutationrulesv3.HeaderMutation_RemoveOnMatch_{RemoveOnMatch: &mutationrulesv3.HeaderMutation_RemoveOnMatch{
-			KeyMatcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Prefix{Prefix: wire.RemoteExtraPrefix}, IgnoreCase: true},
+	hcmAny, err := pack(tb.connectionManager(filters))
+	if err != nil {
+		return nil, err
+	}
+	ts, err := tb.downstreamTLS()
+	if err != nil {
+		return nil, err
+	}
+	return &listenerv3.Listener{
+		Name:    wire.ListenerName,
+		Address: socketAddress(tb.o.ListenAddress, tb.o.ListenPort),
+		FilterChains: []*listenerv3.FilterChain{{
+			Filters:         []*listenerv3.Filter{{Name: filterHCM, ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: hcmAny}}},
+			TransportSocket: ts,
+			// A socket that never completes its TLS handshake is closed after this (Envoy arms
+			// ServerConnectionImpl::setTransportSocketConnectTimeout at accept and cancels it on
+			// Connected, source/common/network/connection_impl.cc and
+			// source/common/listener_manager/active_stream_listener_base.cc, newest stored copies).
+			// Without it such a socket lives until the connection manager's one-hour idle timeout
+			// (request_headers_timeout starts with a stream), so a flood of silent sockets would hold
+			// the global connection limit for an hour.
+			TransportSocketConnectTimeout: durationpb.New(transportSocketConnectTimeout),
 		}},
-	})
-	stripAny, err := pack(strip)
+	}, nil
+}
+
+// httpFilters is the connection manager's filter chain: strip what a client must never claim, set
+// the identity, ask ext_proc where the request goes, refuse what the identity filter refused, route.
+func (tb *translator) httpFilters() ([]*hcmv3.HttpFilter, error) {
+	stripAny, err := pack(stripConfig())
 	if err != nil {
 		return nil, err
 	}
@@ -89,21 +111,42 @@ func (tb *translator) listener() (*listenerv3.Listener, error) {
 	if err != nil {
 		return nil, err
 	}
+	return []*hcmv3.HttpFilter{
+		{Name: filterHeaderMutation + ".strip", ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: stripAny}},
+		identity,
+		{Name: filterExtProc, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: extProc}},
+		refusal,
+		{Name: filterRouter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: router}},
+	}, nil
+}
 
-	hcm := &hcmv3.HttpConnectionManager{
+// stripConfig removes strippedHeaders and every X-Remote-Extra-* header from each request.
+func stripConfig() *headermutationv3.HeaderMutation {
+	strip := &headermutationv3.HeaderMutation{Mutations: &headermutationv3.Mutations{}}
+	for _, h := range strippedHeaders {
+		strip.Mutations.RequestMutations = append(strip.Mutations.RequestMutations,
+			&mutationrulesv3.HeaderMutation{Action: &mutationrulesv3.HeaderMutation_Remove{Remove: h}})
+	}
+	// X-Remote-Extra-<key> has an open set of names: remove by prefix. HeaderMutation.remove_on_match
+	// first shipped in Envoy 1.36.0 (changelogs/1.36.0.yaml); every supported release has it.
+	strip.Mutations.RequestMutations = append(strip.Mutations.RequestMutations, &mutationrulesv3.HeaderMutation{
+		Action: &mutationrulesv3.HeaderMutation_RemoveOnMatch_{RemoveOnMatch: &mutationrulesv3.HeaderMutation_RemoveOnMatch{
+			KeyMatcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Prefix{Prefix: wire.RemoteExtraPrefix}, IgnoreCase: true},
+		}},
+	})
+	return strip
+}
+
+// connectionManager is the HTTP connection manager of the listener, with routes from RDS.
+func (tb *translator) connectionManager(filters []*hcmv3.HttpFilter) *hcmv3.HttpConnectionManager {
+	return &hcmv3.HttpConnectionManager{
 		StatPrefix: "skewgate",
 		CodecType:  hcmv3.HttpConnectionManager_AUTO,
 		RouteSpecifier: &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{
 			RouteConfigName: wire.RouteConfigName,
 			ConfigSource:    adsSource(),
 		}},
-		HttpFilters: []*hcmv3.HttpFilter{
-			{Name: filterHeaderMutation + ".strip", ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: stripAny}},
-			identity,
-			{Name: filterExtProc, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: extProc}},
-			refusal,
-			{Name: filterRouter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: router}},
-		},
+		HttpFilters: filters,
 		// exec, attach and port-forward: kubectl upgrades to SPDY/3.1, newer clients to WebSocket.
 		// Upgrade types match case-insensitively (http_connection_manager/config.cc looks them up with a
 		// case-insensitive comparison).
@@ -134,11 +177,11 @@ func (tb *translator) listener() (*listenerv3.Listener, error) {
 		PathWithEscapedSlashesAction: hcmv3.HttpConnectionManager_KEEP_UNCHANGED,
 		StripTrailingHostDot:         true,
 	}
-	hcmAny, err := pack(hcm)
-	if err != nil {
-		return nil, err
-	}
+}
 
+// downstreamTLS is the listener's TLS: the serving certificate, client certificates requested and
+// verified when a client CA is configured, no session resumption.
+func (tb *translator) downstreamTLS() (*corev3.TransportSocket, error) {
 	common := &tlsv3.CommonTlsContext{
 		TlsParams:                      &tlsv3.TlsParameters{TlsMinimumProtocolVersion: tlsv3.TlsParameters_TLSv1_2},
 		TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{sdsRef(SecretFrontCert)},
@@ -164,23 +207,7 @@ func (tb *translator) listener() (*listenerv3.Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-
-	return &listenerv3.Listener{
-		Name:    wire.ListenerName,
-		Address: socketAddress(tb.o.ListenAddress, tb.o.ListenPort),
-		FilterChains: []*listenerv3.FilterChain{{
-			Filters:         []*listenerv3.Filter{{Name: filterHCM, ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: hcmAny}}},
-			TransportSocket: &corev3.TransportSocket{Name: transportTLS, ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: tlsAny}},
-			// A socket that never completes its TLS handshake is closed after this (Envoy arms
-			// ServerConnectionImpl::setTransportSocketConnectTimeout at accept and cancels it on
-			// Connected, source/common/network/connection_impl.cc and
-			// source/common/listener_manager/active_stream_listener_base.cc, newest stored copies).
-			// Without it such a socket lives until the connection manager's one-hour idle timeout
-			// (request_headers_timeout starts with a stream), so a flood of silent sockets would hold
-			// the global connection limit for an hour.
-			TransportSocketConnectTimeout: durationpb.New(transportSocketConnectTimeout),
-		}},
-	}, nil
+	return &corev3.TransportSocket{Name: transportTLS, ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: tlsAny}}, nil
 }
 
 // identityHeadersPattern matches (fully, lower-case as the checker compares) every header the

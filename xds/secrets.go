@@ -99,3 +99,25 @@ func apiserverTLS(alpn string, clientCert bool) (*corev3.TransportSocket, error)
 	}
 	return &corev3.TransportSocket{Name: transportTLS, ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: tlsAny}}, nil
 }
+
+type socketKey struct {
+	alpn       string
+	clientCert bool
+}
+
+// apiserverSocket is apiserverTLS, built once per translation.
+func (tb *translator) apiserverSocket(alpn string, clientCert bool) (*corev3.TransportSocket, error) {
+	k := socketKey{alpn, clientCert}
+	if ts := tb.sockets[k]; ts != nil {
+		return ts, nil
+	}
+	ts, err := apiserverTLS(alpn, clientCert)
+	if err != nil {
+		return nil, err
+	}
+	if tb.sockets == nil {
+		tb.sockets = map[socketKey]*corev3.TransportSocket{}
+	}
+	tb.sockets[k] = ts
+	return ts, nil
+}

@@ -3,7 +3,6 @@ package xds
 import (
 	"errors"
 	"fmt"
-	"slices"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -53,12 +52,17 @@ type validator interface {
 
 // pack validates m and packs it into an Any: go-control-plane's snapshot validation (Consistent) only
 // checks that EDS and RDS names resolve and never unpacks a typed config, so an invalid one would
-// otherwise reach Envoy and be NACKed.
+// otherwise reach Envoy and be NACKed. It packs deterministically (map entries in key order), so an
+// unchanged config packs to the same bytes and the server sees an unchanged translation as one.
 func pack(m validator) (*anypb.Any, error) {
 	if err := m.ValidateAll(); err != nil {
 		return nil, fmt.Errorf("%s: %w", m.ProtoReflect().Descriptor().FullName(), err)
 	}
-	return anypb.New(m)
+	a := new(anypb.Any)
+	if err := anypb.MarshalFrom(a, m, proto.MarshalOptions{Deterministic: true}); err != nil {
+		return nil, err
+	}
+	return a, nil
 }
 
 // Translate turns a Topology into Envoy resources. It is pure: the same Topology and Options give the
@@ -72,61 +76,10 @@ func Translate(t *discovery.Topology, o Options) (*Resources, error) {
 	if t == nil {
 		return nil, errors.New("no Topology yet: nothing to translate")
 	}
-	upstreams, sets := t.Upstreams, t.Sets
-
 	tb := &translator{o: o}
-	var clusters []*clusterv3.Cluster
-	addrs := make(map[string]string, len(upstreams))
-	all := make([]string, 0, len(upstreams))
-	for _, u := range upstreams {
-		addrs[u.Name] = u.Address
-		// Only upstreams whose discovery was fetched over verified TLS take default traffic: an
-		// address from a Lease that never proved to be an apiserver gets none.
-		if u.Capabilities {
-			all = append(all, u.Name)
-		}
-	}
-	add := func(name string, members []string) error {
-		eps := make([]string, 0, len(members))
-		for _, m := range members {
-			a, ok := addrs[m]
-			if !ok {
-				return fmt.Errorf("cluster %s: member %q is not an upstream", name, m)
-			}
-			eps = append(eps, a)
-		}
-		for _, kind := range clusterKinds {
-			c, err := tb.apiserverCluster(name, eps, kind)
-			if err != nil {
-				return err
-			}
-			clusters = append(clusters, c)
-		}
-		return nil
-	}
-	if err := add(wire.AllCluster, all); err != nil {
-		return nil, err
-	}
-	for _, u := range upstreams {
-		if err := add(wire.UpstreamCluster(u.Name), []string{u.Name}); err != nil {
-			return nil, err
-		}
-	}
-	for _, s := range sets {
-		if err := add(wire.SetCluster(s.Members), s.Members); err != nil {
-			return nil, err
-		}
-	}
-	ep, err := tb.extProcCluster()
+	clusters, err := tb.clusters(t)
 	if err != nil {
 		return nil, err
-	}
-	clusters = append(clusters, ep)
-	slices.SortFunc(clusters, func(a, b *clusterv3.Cluster) int { return cmpString(a.Name, b.Name) })
-	for i := 1; i < len(clusters); i++ {
-		if clusters[i].Name == clusters[i-1].Name {
-			return nil, fmt.Errorf("duplicate cluster %q", clusters[i].Name)
-		}
 	}
 
 	tb.top = t
@@ -145,12 +98,13 @@ func Translate(t *discovery.Topology, o Options) (*Resources, error) {
 	return rs, nil
 }
 
-// check validates every resource and that every cluster a route names statically exists; the
-// snapshot's Consistent() only checks EDS and RDS names.
+// check validates every resource (a part many clusters share once: validate.go) and that every
+// cluster a route names statically exists; the snapshot's Consistent() only checks EDS and RDS names.
 func (rs *Resources) check() error {
 	names := make(map[string]bool, len(rs.Clusters))
+	v := newSharedValidator[*clusterv3.Cluster]()
 	for _, c := range rs.Clusters {
-		if err := c.ValidateAll(); err != nil {
+		if err := v.validate(c); err != nil {
 			return fmt.Errorf("cluster %s: %w", c.Name, err)
 		}
 		names[c.Name] = true
@@ -199,52 +153,11 @@ type translator struct {
 	// top is the Topology, for the skew routes (skewroutes.go).
 	top         *discovery.Topology
 	skewSkipped []UnexpressedKey
-	// Typed configs every apiserver cluster of a kind shares, packed (and validated) once per
-	// translation: generated resources are never modified after Translate returns.
-	sockets map[socketKey]*corev3.TransportSocket
-	packed  map[string]*anypb.Any
-}
-
-type socketKey struct {
-	alpn       string
-	clientCert bool
-}
-
-// apiserverSocket is apiserverTLS, built once per translation.
-func (tb *translator) apiserverSocket(alpn string, clientCert bool) (*corev3.TransportSocket, error) {
-	k := socketKey{alpn, clientCert}
-	if ts := tb.sockets[k]; ts != nil {
-		return ts, nil
-	}
-	ts, err := apiserverTLS(alpn, clientCert)
-	if err != nil {
-		return nil, err
-	}
-	if tb.sockets == nil {
-		tb.sockets = map[socketKey]*corev3.TransportSocket{}
-	}
-	tb.sockets[k] = ts
-	return ts, nil
-}
-
-// packOnce is pack for a message built the same way for many clusters: equal messages share one Any.
-func (tb *translator) packOnce(m validator) (*anypb.Any, error) {
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
-	if err != nil {
-		return nil, err
-	}
-	if a := tb.packed[string(b)]; a != nil {
-		return a, nil
-	}
-	a, err := pack(m)
-	if err != nil {
-		return nil, err
-	}
-	if tb.packed == nil {
-		tb.packed = map[string]*anypb.Any{}
-	}
-	tb.packed[string(b)] = a
-	return a, nil
+	// upstreams are the endpoints of t's upstreams by name, shapes and sockets the parts every
+	// apiserver cluster of a kind shares (clusters.go): each built once per translation.
+	upstreams map[string]*upstreamEndpoint
+	shapes    [numClusterKinds]*apiserverShape
+	sockets   map[socketKey]*corev3.TransportSocket
 }
 
 func cmpString(a, b string) int {
@@ -258,18 +171,25 @@ func cmpString(a, b string) int {
 }
 
 // sdsReferences lists every secret name the listeners and clusters reference (the snapshot's
-// Consistent() does not check SDS names).
+// Consistent() does not check SDS names). A transport socket many clusters share is read once.
 func sdsReferences(rs *Resources) ([]string, error) {
+	seen := map[*corev3.TransportSocket]bool{}
 	var sockets []*corev3.TransportSocket
+	add := func(ts *corev3.TransportSocket) {
+		if ts != nil && !seen[ts] {
+			seen[ts] = true
+			sockets = append(sockets, ts)
+		}
+	}
 	for _, c := range rs.Clusters {
-		sockets = append(sockets, c.TransportSocket)
+		add(c.TransportSocket)
 		for _, m := range c.TransportSocketMatches {
-			sockets = append(sockets, m.TransportSocket)
+			add(m.TransportSocket)
 		}
 	}
 	for _, l := range rs.Listeners {
 		for _, fc := range l.FilterChains {
-			sockets = append(sockets, fc.TransportSocket)
+			add(fc.TransportSocket)
 		}
 	}
 	var out []string
