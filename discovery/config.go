@@ -9,6 +9,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
 )
 
 // Config configures a Controller. Zero durations take the defaults in brackets.
@@ -44,6 +45,9 @@ type Config struct {
 	Logger   *zap.Logger
 	Registry prometheus.Registerer
 	Now      func() time.Time
+	// Clock is the time of OpenAPI v3 (a fetched document's Built, the refetch after a CRD or
+	// APIService change) [clock.RealClock].
+	Clock clock.WithTickerAndDelayedExecution
 }
 
 func (c *Config) defaults() {
@@ -76,6 +80,9 @@ func (c *Config) defaults() {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.Clock == nil {
+		c.Clock = clock.RealClock{}
 	}
 }
 

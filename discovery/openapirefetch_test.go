@@ -2,7 +2,6 @@ package discovery
 
 import (
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,13 +20,12 @@ func TestOpenAPIRefetchedAfterCRDChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	meta := metadatafake.NewSimpleMetadataClient(scheme)
-	var wants atomic.Pointer[map[string][]string]
 	// Polls far apart: every index request below comes from an event.
-	c := openAPIController(t, pki, map[string]string{"a": up.addr()}, &wants, func(cfg *Config) {
+	c := openAPIController(t, pki, map[string]string{"a": up.addr()}, func(cfg *Config) {
 		cfg.Metadata = meta
 		cfg.PollInterval = time.Hour
 	})
-	poll(t, 10*time.Second, "the index", func() bool { return c.openAPIIndexOf("a") != nil })
+	poll(t, 10*time.Second, "the index", func() bool { return c.openapi.Index("a") != nil })
 	time.Sleep(2500 * time.Millisecond) // past any late refetch of the informers' start
 	// requests records when the index was requested from now on.
 	var mu sync.Mutex

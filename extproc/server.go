@@ -2,6 +2,7 @@ package extproc
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/internal/wire"
+	"github.com/skewgate/skewgate/openapi"
 )
 
 // TopologySource is what the service needs from discovery.
@@ -52,6 +54,8 @@ type Server struct {
 
 	frontDiscovery perTopology[*frontDiscovery]
 	frontOpenAPI   perTopology[*frontOpenAPI]
+	openAPIConfig  openapi.FrontConfig // openapiserve.go
+	ctx            context.Context     // WithContext
 	clusterNames   perTopology[*clusterNames]
 	slots          *slots // the front's answers in flight (frontlimit.go)
 }
