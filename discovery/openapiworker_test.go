@@ -41,13 +41,6 @@ func openAPIController(t *testing.T, pki testCA, ups map[string]string, tune fun
 
 func rebuilds(c *Controller) uint64 { n, _ := histogram(c.metrics.rebuildDuration); return n }
 
-// syncOnce makes the controller run one more sync and waits for it.
-func syncOnce(t *testing.T, c *Controller) {
-	before := c.syncs.Load()
-	c.requestSync()
-	poll(t, 10*time.Second, "a sync", func() bool { return c.syncs.Load() > before })
-}
-
 // TestOpenAPIIndexKeptOnBadInput: the captured index is fetched with discovery; an invalid index is
 // counted and changes nothing (same index, no Build); a valid new one is taken and rebuilds.
 func TestOpenAPIIndexKeptOnBadInput(t *testing.T) {
@@ -60,7 +53,8 @@ func TestOpenAPIIndexKeptOnBadInput(t *testing.T) {
 	if len(idx.Keys) != 48 || idx.Keys[keyApps] != sha512Hex(openapitest.File(t, "v1.36.3", capturedKeys[keyApps])) {
 		t.Fatalf("index: %d keys, apps/v1 hash %.16s…", len(idx.Keys), idx.Keys[keyApps])
 	}
-	syncOnce(t, c)
+	// Settled: the Topology is built from this index (its decision names the index's hash).
+	waitFor(t, c, "the index in the Topology", func(tp *Topology) bool { return tp.DecideOpenAPI(keyApps).Hash == idx.Keys[keyApps] })
 	builds := rebuilds(c)
 
 	invalid := func() float64 {
@@ -75,8 +69,8 @@ func TestOpenAPIIndexKeptOnBadInput(t *testing.T) {
 		up.index = []byte(bad)
 		up.mu.Unlock()
 		c.refetch("a")
+		// A refused index asks for no sync (the Store reports no change), so no Build can follow it.
 		poll(t, 10*time.Second, "the bad index refused", func() bool { return invalid() == float64(i+1) })
-		syncOnce(t, c)
 		if got := c.openapi.Index("a"); got != idx {
 			t.Fatalf("bad index %d replaced the last good one", i)
 		}
