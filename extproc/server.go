@@ -159,7 +159,7 @@ func (a *answerHeaders) openAPIRequest(query string) *openAPIRequest {
 }
 
 // singleRange is a Range header's value if it names one range at most, else "": the front answers
-// several ranges with the whole document (openapiserve.go, httpRequest), so their value is not
+// several ranges with the whole document (openapi/serve.go, Request.httpRequest), so their value is not
 // even copied.
 func singleRange(h *corev3.HeaderValue) string {
 	if v := h.GetRawValue(); len(v) > 0 {

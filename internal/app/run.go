@@ -167,7 +167,7 @@ func Start(ctx context.Context, o *Options, lis Listeners, log *zap.Logger) (_ *
 	}
 	xg := grpc.NewServer(grpcutil.ServerOptions(10000, 16<<20, creds("xds"))...)
 	xs.Register(xg)
-	eg := extproc.NewGRPCServer(extproc.NewServer(xs, log, reg, extproc.WithClusterGate(xs)), extproc.GRPCOptions{ServerOptions: []grpc.ServerOption{creds("extproc")}})
+	eg := extproc.NewGRPCServer(extproc.NewServer(xs, log, reg, extproc.WithClusterGate(xs), extproc.WithContext(g.ctx)), extproc.GRPCOptions{ServerOptions: []grpc.ServerOption{creds("extproc")}})
 
 	for _, l := range []struct {
 		lis  *net.Listener
