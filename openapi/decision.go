@@ -7,6 +7,7 @@ import (
 	"time"
 
 	utilversion "k8s.io/apimachinery/pkg/util/version"
+	"k8s.io/kube-openapi/pkg/handler3"
 )
 
 // The decision rule. Every apiserver publishes an index, /openapi/v3, that names one document per
@@ -135,11 +136,11 @@ func Decide(now time.Time, ups []Upstream, cov Coverage, memo *Memo) Result {
 		allDefault = allDefault && dec.Action == ActionDefault
 	}
 	if !allDefault {
-		hashes := make(map[string]string, len(d.res.Decisions))
+		paths := make(map[string]handler3.OpenAPIV3DiscoveryGroupVersion, len(d.res.Decisions))
 		for k, dec := range d.res.Decisions {
-			hashes[k] = dec.Hash
+			paths[k] = handler3.OpenAPIV3DiscoveryGroupVersion{ServerRelativeURL: DocumentURL(k, dec.Hash)}
 		}
-		d.res.Index = IndexDocument(hashes, now)
+		d.res.Index = indexDocument(paths, now)
 	}
 	return d.res
 }

@@ -42,15 +42,11 @@ func DocumentURL(key, hash string) string {
 // Hash is kube-openapi handler3's computeETag: SHA-512 in upper-case hex.
 func Hash(data []byte) string { return fmt.Sprintf("%X", sha512.Sum512(data)) }
 
-// IndexDocument is an /openapi/v3 index naming each key's document by its hash, made exactly as
-// kube-openapi's handler3 makes its own (OpenAPIService.buildDiscoveryCacheLocked): json.Marshal
-// of OpenAPIV3Discovery, one DocumentURL per key.
-func IndexDocument(hashes map[string]string, now time.Time) *Spec {
-	index := handler3.OpenAPIV3Discovery{Paths: make(map[string]handler3.OpenAPIV3DiscoveryGroupVersion, len(hashes))}
-	for key, h := range hashes {
-		index.Paths[key] = handler3.OpenAPIV3DiscoveryGroupVersion{ServerRelativeURL: DocumentURL(key, h)}
-	}
-	data, err := json.Marshal(index)
+// indexDocument is an /openapi/v3 index naming each key's document (paths: key -> its DocumentURL),
+// made exactly as kube-openapi's handler3 makes its own (OpenAPIService.buildDiscoveryCacheLocked):
+// json.Marshal of OpenAPIV3Discovery.
+func indexDocument(paths map[string]handler3.OpenAPIV3DiscoveryGroupVersion, now time.Time) *Spec {
+	data, err := json.Marshal(handler3.OpenAPIV3Discovery{Paths: paths})
 	if err != nil {
 		panic(fmt.Sprintf("openapi: marshal the index: %v", err)) // strings only: cannot fail
 	}
