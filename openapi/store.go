@@ -20,7 +20,9 @@ import (
 //
 // Its owner (the discovery Controller) adds an upstream when it starts watching it, removes it when
 // it stops, runs Fetch for it from a goroutine of its own, reads View for each Build, and hands every
-// Build's wants back to Apply.
+// Build's wants back to Apply. StoreConfig.Changed runs after the Store's lock is released, so its
+// owner may call View under a lock of its own; Metrics.HeldBytes runs under it, so the last value
+// reported is the current one.
 type Store struct {
 	cfg    StoreConfig
 	flight singleflight.Group // key "\x00" hash -> the fetch of that document
@@ -100,10 +102,9 @@ func (s *Store) Add(name string) {
 // Remove forgets upstream name and drops the documents only it held.
 func (s *Store) Remove(name string) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	delete(s.ups, name)
-	n := s.heldBytesLocked()
-	s.mu.Unlock()
-	s.cfg.Metrics.HeldBytes(n)
+	s.cfg.Metrics.HeldBytes(s.heldBytesLocked())
 }
 
 // View returns what upstream name contributes to a Build: its last good index (nil until fetched
@@ -159,9 +160,8 @@ func (s *Store) Apply(wants map[string][]string, keep func(key string) bool) (dr
 		}
 		maps.DeleteFunc(h.docErrs, func(key, _ string) bool { return !slices.Contains(h.wants, key) })
 	}
-	n := s.heldBytesLocked()
+	s.cfg.Metrics.HeldBytes(s.heldBytesLocked()) // also after an upstream left with its documents
 	s.mu.Unlock()
-	s.cfg.Metrics.HeldBytes(n) // also after an upstream left with its documents
 	slices.Sort(lacking)
 	return dropped, lacking
 }

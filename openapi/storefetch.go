@@ -61,12 +61,11 @@ func (s *Store) fetchIndex(ctx context.Context, name string, get Getter, log *za
 		if h.index != idx {
 			h.index, changed = idx, true
 			s.keepDocsLocked(h, func(key string, d *Spec) bool { return idx.Keys[key] == d.Hash })
+			s.cfg.Metrics.HeldBytes(s.heldBytesLocked())
 		}
 	}
-	n := s.heldBytesLocked()
 	s.mu.Unlock()
 	if changed {
-		s.cfg.Metrics.HeldBytes(n)
 		s.cfg.Changed()
 	}
 }
@@ -189,9 +188,8 @@ func (s *Store) keep(name, key string, d *Spec) error {
 	}
 	changed := s.holdLocked(name, key, d)
 	s.overBudget = false
-	n := s.heldBytesLocked()
+	s.cfg.Metrics.HeldBytes(s.heldBytesLocked())
 	s.mu.Unlock()
-	s.cfg.Metrics.HeldBytes(n)
 	if changed {
 		s.cfg.Changed()
 	}
