@@ -6,6 +6,8 @@ import (
 	"time"
 
 	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
+
+	"github.com/skewgate/skewgate/openapi"
 )
 
 // Document is one fetched aggregated discovery document (/api or /apis) of one upstream.
@@ -91,6 +93,12 @@ type capability struct {
 // Build makes a Topology from facts. It is a pure function: the same facts give the same Topology
 // (but for Version and Generated).
 func Build(version string, now time.Time, facts []UpstreamFacts) *Topology {
+	return build(version, now, facts, nil)
+}
+
+// build is Build merging OpenAPI documents through memo (the Controller's; nil: merge every time),
+// which changes no byte of the Topology, only what a merge costs.
+func build(version string, now time.Time, facts []UpstreamFacts, memo *openapi.Memo) *Topology {
 	var departed []UpstreamFacts
 	facts = slices.DeleteFunc(slices.Clone(facts), func(f UpstreamFacts) bool {
 		if f.Departed {
@@ -213,7 +221,7 @@ func Build(version string, now time.Time, facts []UpstreamFacts) *Topology {
 			}
 		}
 	}
-	t.openapi = buildOpenAPI(now, facts, caps, ready, setFor)
+	t.openapi = buildOpenAPI(now, facts, caps, ready, setFor, memo)
 	for _, s := range sets {
 		t.Sets = append(t.Sets, s)
 	}

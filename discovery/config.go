@@ -45,8 +45,9 @@ type Config struct {
 	Logger   *zap.Logger
 	Registry prometheus.Registerer
 	// Clock is the one clock of the controller (Lease staleness, probes, refetches, the work queue,
-	// durations); tests pass a fake one and step it [clock.RealClock].
-	Clock clock.WithTicker
+	// durations, a fetched OpenAPI document's Built, the refetch after a CRD or APIService change);
+	// tests pass a fake one and step it [clock.RealClock].
+	Clock clock.WithTickerAndDelayedExecution
 }
 
 func (c *Config) defaults() {

@@ -16,6 +16,9 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
+
+	"github.com/skewgate/skewgate/openapi"
 )
 
 // Work queue keys. Informer handlers and workers only enqueue; the one goroutine of Run does the work.
@@ -27,14 +30,6 @@ const (
 	// APIService event (see refetchAfterAPIChange).
 	keyRefetchLate = "refetch-late"
 )
-
-// openAPILag is how long after a CRD or APIService change the workers refetch once more. An
-// apiserver publishes a CRD's OpenAPI asynchronously: apiextensions' openapiv3 controller rebuilds
-// the group-version's document, then kube-aggregator's openapiv3 controller picks the new index up at
-// its next local resync, 1 s later (successfulUpdateDelayLocal in kube-aggregator
-// pkg/controllers/openapiv3/controller.go). The refetch at the event itself sees the new discovery,
-// usually with the old OpenAPI.
-const openAPILag = 2 * time.Second
 
 // Controller is the single writer of the Topology.
 //
@@ -54,12 +49,13 @@ type Controller struct {
 	queue   workqueue.TypedRateLimitingInterface[string]
 	// syncs counts processed syncs (tests wait on it; rebuilds are counted by the rebuild metric).
 	syncs atomic.Int64
-	// apiEvent is when the last CRD or APIService event arrived (Unix nanoseconds), openAPILag the
-	// wait after it before the late refetch (tests shorten it).
-	apiEvent   atomic.Int64
-	openAPILag time.Duration
-	// openAPIWants reads the documents a Topology wants (tests replace it).
-	openAPIWants func(*Topology) map[string][]string
+	// late is the refetch openAPILag after the last CRD or APIService event (openapiworker.go).
+	lateMu sync.Mutex
+	late   clock.Timer
+	// openapi holds every upstream's OpenAPI v3 index and documents; memo the merged documents of
+	// recent Builds (each Controller its own: Build depends on no other history).
+	openapi *openapi.Store
+	memo    *openapi.Memo
 
 	// Listers, set by startInformers before the queue runs.
 	leases      func() []*coordinationv1.Lease
@@ -72,10 +68,6 @@ type Controller struct {
 	states     map[string]*upstreamState
 	notify     chan struct{} // closed and replaced on every publish
 	leaseEvent time.Time     // first Lease change not yet reflected in a published Topology
-	// openAPIInflight: the OpenAPI documents being fetched, by key and hash; closed when done, so another
-	// upstream's worker that needs the same hash waits and shares it instead of fetching it again.
-	openAPIInflight   map[string]chan struct{}
-	openAPIOverBudget bool // the last document refused for the budget was logged
 
 	// Owned by the goroutine of Run.
 	workers  map[string]*worker
@@ -106,10 +98,11 @@ func New(cfg Config) (*Controller, error) {
 		return nil, fmt.Errorf("discovery: upstream client: %w", err)
 	}
 	now := cfg.Clock.Now()
-	return &Controller{
+	m := newMetrics(cfg.Registry)
+	c := &Controller{
 		cfg:     cfg,
 		log:     cfg.Logger.Named("discovery"),
-		metrics: newMetrics(cfg.Registry),
+		metrics: m,
 		bootID:  strconv.FormatInt(now.UnixNano(), 36),
 		started: now,
 		// The default controller limiter: per-key exponential backoff (reset by Forget after every
@@ -121,15 +114,15 @@ func New(cfg Config) (*Controller, error) {
 		apiServices:       func() []*metav1.PartialObjectMetadata { return nil },
 		apiServicesSynced: func() bool { return true },
 		states:            map[string]*upstreamState{},
-		openAPIInflight:   map[string]chan struct{}{},
-		openAPILag:        openAPILag,
-		openAPIWants:      (*Topology).OpenAPIWants,
+		memo:              openapi.NewMemo(openapi.MemoEntries, openapi.MemoBytes),
 		notify:            make(chan struct{}),
 		workers:           map[string]*worker{},
 		departed:          map[string]departure{},
 		seenRej:           map[string][sha256.Size]byte{},
 		ignoredLogged:     map[string]string{},
-	}, nil
+	}
+	c.openapi = newOpenAPIStore(cfg, m, c.requestSync)
+	return c, nil
 }
 
 // Current returns the latest published Topology, nil before the first.
@@ -150,15 +143,6 @@ func (c *Controller) refetch(name string) { c.queue.Add(keyRefetch + name) }
 
 // refetchAll asks every worker to refetch its discovery now.
 func (c *Controller) refetchAll() { c.queue.Add(keyRefetchAll) }
-
-// refetchAfterAPIChange answers a CRD or APIService event: every worker refetches now (discovery
-// changes with the object) and again openAPILag after the last such event (the OpenAPI changes
-// about a second later). Both coalesce in the queue.
-func (c *Controller) refetchAfterAPIChange() {
-	c.apiEvent.Store(c.cfg.Clock.Now().UnixNano())
-	c.refetchAll()
-	c.queue.AddAfter(keyRefetchLate, c.openAPILag)
-}
 
 // update applies fn to the state of upstream name (from its worker) and asks for a sync if fn
 // changed anything a Topology shows.
@@ -228,12 +212,6 @@ func (c *Controller) process(ctx context.Context, key string) {
 			w.refetch()
 		}
 	case key == keyRefetchLate:
-		// The delaying queue keeps the earliest of several pending AddAfter of one key: a later event
-		// moves the refetch to openAPILag after it.
-		if wait := time.Unix(0, c.apiEvent.Load()).Add(c.openAPILag).Sub(c.cfg.Clock.Now()); wait > 0 {
-			c.queue.AddAfter(keyRefetchLate, wait)
-			return
-		}
 		for _, w := range c.workers {
 			w.refetch()
 		}

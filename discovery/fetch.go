@@ -15,6 +15,8 @@ import (
 	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
+
+	"github.com/skewgate/skewgate/openapi"
 )
 
 // discoveryAccept asks for the upstream's LOCAL view first (profile=nopeer: a 1.36 server with the
@@ -52,6 +54,10 @@ func errorType(err error) string {
 	var fe *FetchError
 	if errors.As(err, &fe) {
 		return fe.Type
+	}
+	var oe *openapi.Error
+	if errors.As(err, &oe) {
+		return oe.Type
 	}
 	return ErrConnect
 }

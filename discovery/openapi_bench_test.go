@@ -11,6 +11,8 @@ import (
 	"time"
 
 	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
+
+	"github.com/skewgate/skewgate/openapi"
 )
 
 // benchCRDs is how many synthetic CRD group-versions the benchmark cluster has; the first one's
@@ -91,7 +93,7 @@ func benchFacts(b *testing.B, merge bool) []UpstreamFacts {
 	// Synthetic resources for the built-in group-versions without a captured document.
 	var extra []apidiscoveryv2.APIGroupDiscovery
 	for _, key := range slices.Sorted(maps.Keys(bb.OpenAPI.Keys)) {
-		gv, ok := openAPIGroupVersion(key)
+		gv, ok := openapi.GroupVersion(key)
 		if !ok || loadCaptured(b, v136).docs[key] != nil {
 			continue
 		}
@@ -113,11 +115,11 @@ func benchFacts(b *testing.B, merge bool) []UpstreamFacts {
 		doc, ver := crdDocument(g, 8, size, "v1")
 		extra = append(extra, group(g, ver))
 		for j, u := range ups {
-			u.OpenAPI.Keys[key] = openAPIHash(doc)
-			spec := &OpenAPISpec{JSON: doc, Hash: openAPIHash(doc)}
+			u.OpenAPI.Keys[key] = openapi.Hash(doc)
+			spec := &OpenAPISpec{JSON: doc, Hash: openapi.Hash(doc)}
 			if i == 0 && j == 2 {
 				d, _ := crdDocument(g, 8, size, "v2")
-				spec = &OpenAPISpec{JSON: d, Hash: openAPIHash(d)}
+				spec = &OpenAPISpec{JSON: d, Hash: openapi.Hash(d)}
 				u.OpenAPI.Keys[key] = spec.Hash
 			}
 			if i == 0 {
@@ -133,7 +135,7 @@ func benchFacts(b *testing.B, merge bool) []UpstreamFacts {
 		drops := map[string][3]string{keyCore: {"podtemplates", "limitranges", "componentstatuses"},
 			keyApps: {"daemonsets", "replicasets", "controllerrevisions"}, "apis/bench0.example.com/v1": {"widget0s", "widget1s", "widget2s"}}
 		for key, d := range drops {
-			gv, _ := openAPIGroupVersion(key)
+			gv, _ := openapi.GroupVersion(key)
 			for j, u := range ups {
 				*u = withoutResources(*u, gv, d[j])
 				if u.OpenAPIDocs == nil {
@@ -157,10 +159,11 @@ func benchFacts(b *testing.B, merge bool) []UpstreamFacts {
 	return []UpstreamFacts{a, bb, c}
 }
 
-// BenchmarkBuildOpenAPI measures Build for a realistic skewed cluster (benchFacts): merge-cold, with
-// three keys merged (api/v1 and apps/v1 from three documents each, api/v1 the worst case; a CRD's from
-// two) and the merge memo emptied before each Build (the first Build after the inputs changed);
-// merge-rebuild, the same with the memo kept (a rebuild for a change unrelated to OpenAPI); plain,
+// BenchmarkBuildOpenAPI measures the Controller's Build (through its merge memo) for a realistic
+// skewed cluster (benchFacts): merge-cold, with three keys merged (api/v1 and apps/v1 from three
+// documents each, api/v1 the worst case; a CRD's from two) and a new, empty memo for each Build (the
+// first Build after the inputs changed); merge-rebuild, the same with the memo kept (a rebuild for a
+// change unrelated to OpenAPI); plain,
 // the same cluster where every key is routed; no-openapi, the same discovery without any OpenAPI
 // index (Build's cost before OpenAPI).
 func BenchmarkBuildOpenAPI(b *testing.B) {
@@ -176,11 +179,11 @@ func BenchmarkBuildOpenAPI(b *testing.B) {
 					facts[i].OpenAPI, facts[i].OpenAPIDocs = nil, nil
 				}
 			}
-			resetMergeMemo()
+			memo := openapi.NewMemo(openapi.MemoEntries, openapi.MemoBytes)
 			var before, after runtime.MemStats
 			runtime.GC()
 			runtime.ReadMemStats(&before)
-			top := Build("v", time.Now(), facts)
+			top := build("v", time.Now(), facts, memo)
 			runtime.GC()
 			runtime.ReadMemStats(&after)
 			retained := int64(after.HeapAlloc) - int64(before.HeapAlloc) // the Topology and the memo
@@ -204,9 +207,9 @@ func BenchmarkBuildOpenAPI(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				if bc.cold {
-					resetMergeMemo()
+					memo = openapi.NewMemo(openapi.MemoEntries, openapi.MemoBytes)
 				}
-				Build("v", time.Now(), facts)
+				build("v", time.Now(), facts, memo)
 			}
 			// After the loop: b.Loop resets the timer, and with it metrics reported before.
 			b.ReportMetric(float64(len(capsOf(facts))), "resource-keys")

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	utilversion "k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/kube-openapi/pkg/handler3"
 )
 
@@ -231,14 +230,14 @@ func TestOpenAPINeedsMerge(t *testing.T) {
 	// The fallback serves the most resource keys of the group-version, the newest on a tie.
 	cov := coverageByGV(capsOf([]UpstreamFacts{nw, old}), 2)["admissionregistration.k8s.io/v1"]
 	wantSet, wantHash := SetID("new"), nw.OpenAPI.Keys[keyAdmission]
-	if cov.count[1] > cov.count[0] {
+	if cov.Count[1] > cov.Count[0] {
 		wantSet, wantHash = "old", old.OpenAPI.Keys[keyAdmission]
 	}
-	if cov.all.has(0) || cov.all.has(1) {
-		t.Fatalf("coverage %v: somebody serves the whole group-version", cov.all)
+	if cov.All.Has(0) || cov.All.Has(1) {
+		t.Fatalf("coverage %v: somebody serves the whole group-version", cov.All)
 	}
 	if want := (OpenAPIDecision{Action: ActionRoute, Set: wantSet, Hash: wantHash}); d != want {
-		t.Errorf("admission: %+v, want degraded %+v (counts new %d, old %d)", d, want, cov.count[0], cov.count[1])
+		t.Errorf("admission: %+v, want degraded %+v (counts new %d, old %d)", d, want, cov.Count[0], cov.Count[1])
 	}
 	if want := map[string][]string{"new": {keyAdmission}, "old": {keyAdmission}}; !equalWants(top.OpenAPIWants(), want) {
 		t.Errorf("wants %v, want %v", top.OpenAPIWants(), want)
@@ -302,24 +301,5 @@ func TestOpenAPIOneDocumentNoMerge(t *testing.T) {
 	}
 	if top.OpenAPIMerged(keyAdmission) != nil || len(top.OpenAPIWants()) != 0 || len(top.OpenAPIDegraded()) != 0 {
 		t.Errorf("merged %v wants %v degraded %v", top.OpenAPIMerged(keyAdmission) != nil, top.OpenAPIWants(), top.OpenAPIDegraded())
-	}
-}
-
-// Group order: highest version (unparsable lowest), then most members, then smallest hash.
-func TestCompareOpenAPIGroups(t *testing.T) {
-	v := func(s string) *utilversion.Version { x, _ := utilversion.ParseGeneric(s); return x }
-	ordered := []*openAPIGroup{
-		{hash: "Z", size: 1, version: v("v1.36.3")},
-		{hash: "B", size: 2, version: v("v1.35.4")},
-		{hash: "A", size: 1, version: v("v1.35.4")},
-		{hash: "C", size: 1, version: v("v1.35.4")},
-		{hash: "D", size: 5, version: nil}, // "garbage"
-	}
-	for i := range ordered {
-		for j := range ordered {
-			if got := compareGroups(ordered[i], ordered[j]); (got < 0) != (i < j) || (got == 0) != (i == j) {
-				t.Errorf("compare(%s, %s) = %d", ordered[i].hash, ordered[j].hash, got)
-			}
-		}
 	}
 }

@@ -13,6 +13,8 @@ import (
 
 	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
 	"k8s.io/kube-openapi/pkg/handler3"
+
+	"github.com/skewgate/skewgate/openapi"
 )
 
 // capturedOpenAPI is what one testbed apiserver served (testdata/openapi/<version>/).
@@ -61,7 +63,7 @@ func loadCaptured(t testing.TB, version string) *capturedOpenAPI {
 		}
 		key := strings.ReplaceAll(name, "_", "/")
 		data := openapitest.Gunzip(t, f)
-		c.docs[key] = &OpenAPISpec{JSON: data, Hash: openAPIHash(data), Built: built}
+		c.docs[key] = &OpenAPISpec{JSON: data, Hash: openapi.Hash(data), Built: built}
 	}
 	capturedCache[version] = c
 	return c
@@ -99,7 +101,7 @@ func discoveryFromOpenAPI(t testing.TB, c *capturedOpenAPI) (api, apis *Document
 	t.Helper()
 	api, apis = &Document{Hash: "api-" + c.version}, &Document{Hash: "apis-" + c.version}
 	for _, key := range slices.Sorted(maps.Keys(c.docs)) {
-		gv, ok := openAPIGroupVersion(key)
+		gv, ok := openapi.GroupVersion(key)
 		if !ok {
 			continue
 		}

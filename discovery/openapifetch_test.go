@@ -15,6 +15,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/skewgate/skewgate/openapi"
 )
 
 // capturedDocs are the documents captured per version, by key.
@@ -208,7 +210,7 @@ func TestFetchOpenAPIDocuments(t *testing.T) {
 	})
 	t.Run("over the budget left", func(t *testing.T) {
 		_, err := f.openAPIDoc(ctx, "apis/apps/v1", apps, int64(len(docs["apis/apps/v1"])-1))
-		if !errors.Is(err, errOverBudget) {
+		if !errors.Is(err, openapi.ErrOverBudget) {
 			t.Fatalf("err = %v, want over budget", err)
 		}
 		if _, err := f.openAPIDoc(ctx, "apis/apps/v1", apps, int64(len(docs["apis/apps/v1"]))); err != nil {
@@ -260,7 +262,7 @@ func TestFetchOpenAPIDocuments(t *testing.T) {
 	})
 	t.Run("index larger than 1 MiB", func(t *testing.T) {
 		up.mu.Lock()
-		up.index = append([]byte(`{"paths":{}}`), bytes.Repeat([]byte(" "), MaxOpenAPIIndexBytes)...)
+		up.index = append([]byte(`{"paths":{}}`), bytes.Repeat([]byte(" "), openapi.MaxIndexBytes)...)
 		up.mu.Unlock()
 		defer func() { up.mu.Lock(); up.index = nil; up.mu.Unlock() }()
 		if _, err := f.openAPIIndex(ctx, idx); errorType(err) != ErrTooLarge {

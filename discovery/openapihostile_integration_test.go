@@ -150,7 +150,7 @@ func TestTestbedHostileAggregatedAPI(t *testing.T) {
 	before := waitForWithin(t, c, time.Minute, "both upstreams with OpenAPI", func(tp *Topology) bool {
 		o, ok1 := tp.Upstream("old")
 		n, ok2 := tp.Upstream("new")
-		return ok1 && ok2 && o.Ready && n.Ready && c.openAPIIndexOf("old") != nil && c.openAPIIndexOf("new") != nil && tp.OpenAPIIndex() != nil
+		return ok1 && ok2 && o.Ready && n.Ready && c.openapi.Index("old") != nil && c.openapi.Index("new") != nil && tp.OpenAPIIndex() != nil
 	})
 
 	// The apiservers label every APIService they register for themselves (built-in groups, CRDs).
@@ -182,7 +182,7 @@ func TestTestbedHostileAggregatedAPI(t *testing.T) {
 	// Both apiservers list the hostile key, each with the hash of the document it would give skewgate.
 	for _, name := range []string{"old", "new"} {
 		want := sha512Hex(hostile.doc(name, true))
-		poll(t, 2*time.Minute, name+"'s index listing "+evilKey, func() bool { return c.openAPIIndexOf(name).Keys[evilKey] == want })
+		poll(t, 2*time.Minute, name+"'s index listing "+evilKey, func() bool { return c.openapi.Index(name).Keys[evilKey] == want })
 	}
 	if agg := aggregatedAPIs(c.apiServices()); !slices.Equal(agg, []string{evilGroup + "/v1"}) {
 		t.Errorf("aggregated APIs %v, want %s/v1", agg, evilGroup)
@@ -204,7 +204,7 @@ func TestTestbedHostileAggregatedAPI(t *testing.T) {
 	if r := after.OpenAPIRoutedOnly()[evilKey]; !strings.Contains(r, "aggregated APIService") {
 		t.Errorf("%s: routed only %q, want for an aggregated APIService", evilKey, r)
 	}
-	if published := []string{c.openAPIIndexOf("old").Keys[evilKey], c.openAPIIndexOf("new").Keys[evilKey]}; d.Hash != published[0] && d.Hash != published[1] {
+	if published := []string{c.openapi.Index("old").Keys[evilKey], c.openapi.Index("new").Keys[evilKey]}; d.Hash != published[0] && d.Hash != published[1] {
 		t.Errorf("the front's index names %.16s…, no apiserver publishes it", d.Hash)
 	}
 	if n := hostile.requests(testbed.AdminUser); n != 0 {
@@ -236,13 +236,13 @@ func TestTestbedHostileAggregatedAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := other.Get(old.URL() + "/openapi/v3/" + evilKey + "?hash=" + c.openAPIIndexOf("old").Keys[evilKey])
+	resp, err := other.Get(old.URL() + "/openapi/v3/" + evilKey + "?hash=" + c.openapi.Index("old").Keys[evilKey])
 	if err != nil {
 		t.Fatal(err)
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || sha512Hex(body) == c.openAPIIndexOf("old").Keys[evilKey] || !strings.Contains(string(body), "everyone") {
+	if resp.StatusCode != http.StatusOK || sha512Hex(body) == c.openapi.Index("old").Keys[evilKey] || !strings.Contains(string(body), "everyone") {
 		t.Errorf("another user got %s, %d bytes %.60q; want the hostile server's other document", resp.Status, len(body), body)
 	}
 	t.Logf("hostile key %s: %s to %s; document requests by skewgate %d, by others %d", evilKey, d.Action, d.Set,

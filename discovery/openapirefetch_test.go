@@ -1,18 +1,23 @@
 package discovery
 
 import (
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap/zaptest"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	metadatafake "k8s.io/client-go/metadata/fake"
+	testingclock "k8s.io/utils/clock/testing"
 )
 
-// TestOpenAPIRefetchedAfterCRDChange: a CRD event refetches the index at once and again about 2 s
-// later (the apiserver publishes a CRD's OpenAPI about a second after the CRD changes); a burst of
-// events moves the late refetch to 2 s after the last one.
+// TestOpenAPIRefetchedAfterCRDChange: a CRD event refetches the index at once and again openAPILag
+// later on Config.Clock (the apiserver publishes a CRD's OpenAPI about a second after the CRD
+// changes); a burst of events moves the late refetch to openAPILag after the last one. The clock is
+// the controller's one clock, a fake one the test steps (in 5 ms steps, so the work queue's rate
+// limiter, on the same clock, runs too); probes and polls are an hour apart, so every index request
+// below comes from an event or the late refetch.
 func TestOpenAPIRefetchedAfterCRDChange(t *testing.T) {
 	pki, cert := testPKI(t)
 	up := newOpenAPIUpstream(t, cert, "v1.36.3", apisDoc(true), capturedDocs(t, "v1.36.3", keyApps))
@@ -21,64 +26,57 @@ func TestOpenAPIRefetchedAfterCRDChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	meta := metadatafake.NewSimpleMetadataClient(scheme)
-	var wants atomic.Pointer[map[string][]string]
-	// Polls far apart: every index request below comes from an event.
-	c := openAPIController(t, pki, map[string]string{"a": up.addr()}, &wants, func(cfg *Config) {
-		cfg.Metadata = meta
-		cfg.PollInterval = time.Hour
-	})
-	poll(t, 10*time.Second, "the index", func() bool { return c.openAPIIndexOf("a") != nil })
-	time.Sleep(2500 * time.Millisecond) // past any late refetch of the informers' start
-	// requests records when the index was requested from now on.
-	var mu sync.Mutex
-	var at []time.Duration
-	start := time.Now()
-	base := up.indexReqs.Load()
-	go func() {
-		seen := base
-		for time.Since(start) < 6*time.Second {
-			if n := up.indexReqs.Load(); n > seen {
-				mu.Lock()
-				for ; seen < n; seen++ {
-					at = append(at, time.Since(start))
-				}
-				mu.Unlock()
-			}
-			time.Sleep(2 * time.Millisecond)
-		}
-	}()
+	clk := testingclock.NewFakeClock(time.Unix(1000, 0))
+	c, err := New(Config{Upstream: restFor(t, pki), Static: []StaticUpstream{{Name: "a", Address: up.addr()}},
+		Metadata: meta, ProbeInterval: time.Hour, PollInterval: time.Hour, Clock: clk,
+		Registry: prometheus.NewRegistry(), Logger: zaptest.NewLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runController(t, c)
+	stepUntil(t, clk, "the index", func() bool { return c.openapi.Index("a") != nil })
 	crds := meta.Resource(crdGVR).(metadatafake.MetadataClient)
 	crd := func(name string) *metav1.PartialObjectMetadata {
 		return &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "apiextensions.k8s.io/v1", Kind: "CustomResourceDefinition"},
 			ObjectMeta: metav1.ObjectMeta{Name: name}}
 	}
-	if _, err := crds.CreateFake(crd("crontabs.stable.example.com"), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(time.Second)
-	second := time.Since(start) // the real time of the second event: a loaded machine oversleeps
-	if _, err := crds.CreateFake(crd("widgets.stable.example.com"), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(5 * time.Second)
-	mu.Lock()
-	defer mu.Unlock()
-	t.Logf("index requests after the events at 0 s and %v: %v", second, at)
-	// At once for each event, then 2 s after the last one, not 2 s after the first. The windows
-	// leave 0.9 s for an event to reach the controller on a loaded machine and start at the events'
-	// real times.
-	var early, late, between int
-	for _, d := range at {
-		switch {
-		case d < 900*time.Millisecond || (d >= second && d < second+900*time.Millisecond):
-			early++
-		case d >= second+1900*time.Millisecond && d < second+3500*time.Millisecond:
-			late++
-		default:
-			between++
+	requests := func() int64 { return up.indexReqs.Load() }
+	// stepFor moves the fake clock by d in 5 ms steps and reports the index requests meanwhile.
+	stepFor := func(d time.Duration) int64 {
+		before := requests()
+		for end := clk.Now().Add(d); clk.Now().Before(end); {
+			clk.Step(5 * time.Millisecond)
+			time.Sleep(time.Millisecond) // lets the controller's goroutines run; time itself is the fake clock's
 		}
+		return requests() - before
 	}
-	if early < 2 || late != 1 || between != 0 {
-		t.Errorf("index requests at %v: want one right after each event and one 2 s after the last", at)
+	// event creates a CRD and waits for the refetch it causes; it returns the clock's time at the
+	// creation (the late refetch is due openAPILag after the handler ran, at that time or later).
+	event := func(name string) time.Time {
+		t.Helper()
+		at, before := clk.Now(), requests()
+		if _, err := crds.CreateFake(crd(name), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		stepUntil(t, clk, "the refetch at the event", func() bool { return requests() > before })
+		return at
+	}
+	start := clk.Now()
+	event("crontabs.stable.example.com")
+	stepFor(time.Second - clk.Since(start))
+	second := event("widgets.stable.example.com")
+	// Up to openAPILag after the second event (past openAPILag after the first): no late refetch,
+	// the second event moved the first's.
+	if n := stepFor(openAPILag - 20*time.Millisecond - clk.Since(second)); n != 0 {
+		t.Fatalf("%d index requests between the events' refetches and openAPILag after the second event, want 0 (the first event's late refetch was not moved)", n)
+	}
+	// openAPILag after the second: the late refetch, once.
+	after := requests()
+	stepUntil(t, clk, "the late refetch", func() bool { return requests() > after })
+	if late := clk.Since(second); late < openAPILag || late > openAPILag+time.Second {
+		t.Errorf("late refetch %v after the last event, want %v (at most 1 s more: the event's handler ran then)", late, openAPILag)
+	}
+	if n := stepFor(3 * openAPILag); n != 0 {
+		t.Errorf("%d more index requests after the late refetch, want 0", n)
 	}
 }

@@ -28,6 +28,7 @@ func (c *Controller) reconcileWorkers(ctx context.Context, cands []candidate) {
 			}
 			delete(c.states, name)
 			c.mu.Unlock()
+			c.openapi.Remove(name)
 		}
 	}
 	for name := range want {
@@ -47,6 +48,7 @@ func (c *Controller) reconcileWorkers(ctx context.Context, cands []candidate) {
 			c.states[cand.Name] = &upstreamState{}
 		}
 		c.mu.Unlock()
+		c.openapi.Add(cand.Name)
 		// New checked that the config builds a client; only the address differs here.
 		f, err := newFetcher(c.cfg.Upstream, cand.Address, c.cfg.MaxDocumentBytes)
 		if err != nil {
@@ -59,7 +61,8 @@ func (c *Controller) reconcileWorkers(ctx context.Context, cands []candidate) {
 			continue
 		}
 		wctx, cancel := context.WithCancel(ctx)
-		w := &worker{name: cand.Name, addr: cand.Address, holder: cand.Holder, f: f, kick: make(chan struct{}, 1), cancel: cancel, done: make(chan struct{})}
+		w := &worker{name: cand.Name, addr: cand.Address, holder: cand.Holder, f: f, kick: make(chan struct{}, 1),
+			openapiKick: make(chan struct{}, 1), cancel: cancel, done: make(chan struct{})}
 		c.workers[cand.Name] = w
 		go c.runWorker(wctx, w)
 	}

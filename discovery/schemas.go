@@ -7,7 +7,7 @@ import (
 // The API schemas (OpenAPI: /openapi/v2, /openapi/v3 and every document under it) describe what an
 // apiserver serves, so during a skew each apiserver publishes a different set, and the v3 index of
 // one names documents by hashes the others do not have. The v3 documents are decided one by one
-// (openapi.go) and the front serves its own v3 index; every other schema request (/openapi/v2, a v3
+// (openapi/decision.go) and the front serves its own v3 index; every other schema request (/openapi/v2, a v3
 // key no decision names) goes to one group of upstreams, the most capable, and so do, failing open,
 // /openapi/v3 and discovery (/api, /apis) in Envoy's route table:
 //

@@ -55,7 +55,7 @@ func (c *Controller) sync(ctx context.Context) time.Time {
 
 	start := c.cfg.Clock.Now()
 	gen := c.generation + 1
-	t := Build(c.bootID+"-"+strconv.FormatInt(gen, 10), now, facts)
+	t := build(c.bootID+"-"+strconv.FormatInt(gen, 10), now, facts, c.memo)
 	t.Ignored = view.ignored
 	// Every Build, published or not: its wants follow from the inputs, which changed.
 	c.applyOpenAPIWants(t)
@@ -121,7 +121,7 @@ func (c *Controller) facts(cands []candidate, now time.Time) (facts []UpstreamFa
 			if expiry := s.lastFetchOK.Add(c.cfg.CapabilityTTL); !s.fetchFailing || expiry.After(now) {
 				f.API, f.APIs = s.api, s.apis
 				// The OpenAPI of an upstream goes with its capabilities. The maps are never modified.
-				f.OpenAPI, f.OpenAPIDocs = s.openapi, s.openapiDocs
+				f.OpenAPI, f.OpenAPIDocs, _ = c.openapi.View(cand.Name)
 				if s.fetchFailing {
 					next = minTime(next, expiry)
 				}

@@ -20,15 +20,7 @@ type upstreamState struct {
 	apiTag, apisTag string
 	lastFetchOK     time.Time
 	fetchFailing    bool
-
-	// OpenAPI v3 (openapiworker.go). The worker writes openapi, openapiDocs and openapiFailing; the
-	// sync writes openapiWants and drops documents no Build needs any more.
-	openapi        *OpenAPIIndex           // nil until fetched once; the last good index
-	openapiDocs    map[string]*OpenAPISpec // key -> document under the hash openapi names; replaced, never modified
-	openapiDocsID  string                  // the keys and hashes of openapiDocs
-	openapiWants   []string                // keys whose documents the last Build wanted from this upstream
-	openapiFailing bool
-	openapiDocErrs map[string]string // key -> the type and hash of the last failure logged (wanted keys only)
+	// Its OpenAPI v3 is the Controller's openapi.Store's (openapiworker.go).
 }
 
 // stateView is the part of an upstreamState a Topology shows: a change to it asks for a sync, a
@@ -38,13 +30,10 @@ type stateView struct {
 	version                          string
 	api, apis                        *Document
 	lastFetchOK                      time.Time // only while fetches fail: it sets when capabilities expire
-	openapi                          *OpenAPIIndex
-	openapiDocs                      string
 }
 
 func (s *upstreamState) visible() stateView {
-	v := stateView{ready: s.ready, initialized: s.initialized, fetchFailing: s.fetchFailing, version: s.version, api: s.api, apis: s.apis,
-		openapi: s.openapi, openapiDocs: s.openapiDocsID}
+	v := stateView{ready: s.ready, initialized: s.initialized, fetchFailing: s.fetchFailing, version: s.version, api: s.api, apis: s.apis}
 	if s.fetchFailing {
 		v.lastFetchOK = s.lastFetchOK
 	}
@@ -60,6 +49,9 @@ type worker struct {
 	kick   chan struct{} // refetch discovery now (coalesced)
 	cancel context.CancelFunc
 	done   chan struct{}
+	// openapiKick: fetch the OpenAPI v3 index and wanted documents now (coalesced), on the worker's
+	// second goroutine (runOpenAPI).
+	openapiKick chan struct{}
 }
 
 func (w *worker) refetch() {
@@ -69,12 +61,30 @@ func (w *worker) refetch() {
 	}
 }
 
+func (w *worker) fetchOpenAPI() {
+	select {
+	case w.openapiKick <- struct{}{}:
+	default:
+	}
+}
+
 func (c *Controller) runWorker(ctx context.Context, w *worker) {
 	defer close(w.done)
 	log := c.log.With(zap.String("upstream", w.name), zap.String("address", w.addr))
-	c.fetch(ctx, w, log)
+	// The first round in order, before any probe runs: discovery, the OpenAPI v3 index and the
+	// documents the last Build wants, the readiness probe; the first Topology has all of them.
+	if c.fetch(ctx, w, log) {
+		c.openapi.Fetch(ctx, w.name, w.f.getOpenAPI, log)
+	}
 	c.probe(ctx, w, log)
 	c.update(w.name, func(s *upstreamState) { s.initialized = true })
+	// Later OpenAPI fetches on a goroutine of their own: a slow document never delays a probe.
+	openapiDone := make(chan struct{})
+	go func() {
+		defer close(openapiDone)
+		c.runOpenAPI(ctx, w, log)
+	}()
+	defer func() { <-openapiDone }()
 
 	probeT := c.cfg.Clock.NewTicker(c.cfg.ProbeInterval)
 	defer probeT.Stop()
@@ -87,9 +97,13 @@ func (c *Controller) runWorker(ctx context.Context, w *worker) {
 		case <-probeT.C():
 			c.probe(ctx, w, log)
 		case <-pollT.C():
-			c.fetch(ctx, w, log)
+			if c.fetch(ctx, w, log) {
+				w.fetchOpenAPI()
+			}
 		case <-w.kick:
-			c.fetch(ctx, w, log)
+			if c.fetch(ctx, w, log) {
+				w.fetchOpenAPI()
+			}
 		}
 	}
 }
@@ -124,7 +138,8 @@ func (c *Controller) probe(ctx context.Context, w *worker, log *zap.Logger) {
 	}
 }
 
-func (c *Controller) fetch(ctx context.Context, w *worker, log *zap.Logger) {
+// fetch refetches the upstream's discovery; ok: it succeeded (the OpenAPI v3 fetch follows).
+func (c *Controller) fetch(ctx context.Context, w *worker, log *zap.Logger) (ok bool) {
 	var prevAPI, prevAPIs *Document
 	var apiTag, apisTag string
 	c.read(w.name, func(s *upstreamState) { prevAPI, prevAPIs, apiTag, apisTag = s.api, s.apis, s.apiTag, s.apisTag })
@@ -141,7 +156,7 @@ func (c *Controller) fetch(ctx context.Context, w *worker, log *zap.Logger) {
 		apis, newAPIsTag, err = w.f.document(fctx, "/apis", prevAPIs, apisTag)
 	}
 	if ctx.Err() != nil {
-		return
+		return false
 	}
 	if err != nil {
 		c.metrics.fetchErrors.WithLabelValues(errorType(err)).Inc()
@@ -151,7 +166,7 @@ func (c *Controller) fetch(ctx context.Context, w *worker, log *zap.Logger) {
 			}
 			s.fetchFailing = true
 		})
-		return
+		return false
 	}
 	now := c.cfg.Clock.Now()
 	c.update(w.name, func(s *upstreamState) {
@@ -161,6 +176,5 @@ func (c *Controller) fetch(ctx context.Context, w *worker, log *zap.Logger) {
 		s.fetchFailing = false
 		s.version, s.api, s.apis, s.apiTag, s.apisTag, s.lastFetchOK = version, api, apis, newAPITag, newAPIsTag, now
 	})
-	// After discovery, and never failing it: the index, then the documents the last Build wants.
-	c.fetchOpenAPI(ctx, w, log)
+	return true
 }

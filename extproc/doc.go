@@ -9,7 +9,7 @@
 // (mode_override) and replaces an authorized answer with the merged one (discoveryauth.go). OpenAPI
 // v3 is decided per document key (openapi.go): routed to the apiservers that publish the document
 // the front's index names, or, for the front's index and merged documents, served the same way, with
-// kube-openapi's handler3 semantics (openapiserve.go).
+// kube-openapi's handler3 semantics (openapi.Front, through openapiserve.go).
 //
 // It reads the current Topology through a narrow interface and never talks to an apiserver. The
 // ext_proc stream protocol stays inside this package; only a small routing decision crosses into it.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/internal/wire"
+	"github.com/skewgate/skewgate/openapi"
 )
 
 // OpenAPI v3 at the front. The Topology decides per document key where /openapi/v3/<key> comes from
@@ -31,8 +32,6 @@ import (
 // percent-escape or a fragment is left to the schema routing: the decoded key would differ from the
 // bytes Envoy's exact path routes compare (they compare the path as normalized, escapes kept).
 
-const openAPIV3Path = "/openapi/v3"
-
 // openAPIPath splits a request path into an OpenAPI v3 key and the raw query. index: the path is
 // /openapi/v3 itself. ok false: not an OpenAPI v3 path the front decides.
 func openAPIPath(rawPath string) (key, query string, index, ok bool) {
@@ -40,10 +39,10 @@ func openAPIPath(rawPath string) (key, query string, index, ok bool) {
 	if strings.ContainsAny(p, "%#") {
 		return "", "", false, false
 	}
-	if p == openAPIV3Path {
+	if p == openapi.Prefix {
 		return "", query, true, true
 	}
-	key, found := strings.CutPrefix(p, openAPIV3Path+"/")
+	key, found := strings.CutPrefix(p, openapi.Prefix+"/")
 	if !found || key == "" {
 		return "", "", false, false
 	}
@@ -107,7 +106,7 @@ func (s *Server) decideOpenAPI(r *headersRead, t *discovery.Topology, c Request,
 			prepare: func() {
 				q = headers.openAPIRequest(query)
 				if strings.Contains(strings.ToLower(q.accept), "protobuf") {
-					rendered, _ = f.protobuf(spec)
+					rendered, _ = f.Protobuf(spec)
 				}
 			},
 			answer:  func() *extprocv3.ProcessingResponse { return f.renderedDocument(key, spec, q, rendered) },

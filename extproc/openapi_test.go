@@ -5,14 +5,17 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/protobuf/proto"
+	"k8s.io/kube-openapi/pkg/handler3"
 
 	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/internal/wire"
+	"github.com/skewgate/skewgate/openapi"
 )
 
 func TestOpenAPIPath(t *testing.T) {
@@ -345,29 +348,32 @@ func TestOpenAPIServeNeedsConsent(t *testing.T) {
 // TestOpenAPIProtobufRenderedAhead: the protobuf form of a merged document is rendered in the
 // background once a Topology is seen, and a later Topology serving the same document keeps it.
 func TestOpenAPIProtobufRenderedAhead(t *testing.T) {
-	h := startServer(t)
+	var calls atomic.Int32
+	rendered := make(chan struct{}, 16)
+	h := startServer(t, func(s *Server) {
+		s.openAPIConfig = openapi.FrontConfig{Render: func(b []byte) ([]byte, error) {
+			defer func() { rendered <- struct{}{} }()
+			calls.Add(1)
+			return handler3.ToV3ProtoBinary(b)
+		}}
+	})
 	facts := servedFacts(t)
 	h.src.t.Store(discovery.Build("served-1", time.Now(), facts))
 	h.exchange(t, envoyHeaders("GET", "/openapi/v3/"+keyAdmission), "200") // any OpenAPI request
+	select {
+	case <-rendered:
+	case <-time.After(time.Minute):
+		t.Fatal("the protobuf form was not rendered in the background")
+	}
 	f := h.srv.frontOpenAPI.load()
-	spec := f.t.OpenAPIMerged(keyAdmission)
-	rendered := func(f *frontOpenAPI) bool {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		return f.proto[spec.Hash] != nil
-	}
-	deadline := time.Now().Add(20 * time.Second)
-	for !rendered(f) {
-		if time.Now().After(deadline) {
-			t.Fatal("the protobuf form was not rendered in the background")
-		}
-		time.Sleep(10 * time.Millisecond) // polling the background rendering
-	}
 	h.src.t.Store(discovery.Build("served-2", time.Now(), facts))
 	h.exchange(t, envoyHeaders("GET", "/openapi/v3/"+keyAdmission), "200")
 	next := h.srv.frontOpenAPI.load()
-	if next == f || next.t.Version != "served-2" || !rendered(next) {
-		t.Errorf("the next Topology's answers (%s) lost the rendering", next.t.Version)
+	if next == f || next.t.Version != "served-2" {
+		t.Fatalf("the next Topology's answers are %s's", next.t.Version)
+	}
+	if r := next.document(keyAdmission, next.Merged(keyAdmission), &openAPIRequest{accept: acceptProto}); r == nil || calls.Load() != 1 {
+		t.Errorf("the next Topology's answers (%s) lost the rendering: %d renderings", next.t.Version, calls.Load())
 	}
 }
 

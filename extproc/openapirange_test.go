@@ -12,6 +12,8 @@ import (
 
 	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/internal/wire"
+
+	"github.com/skewgate/skewgate/openapi"
 )
 
 // What a Range header (and any header the front's answer depends on) may cost: nothing before an
@@ -137,9 +139,8 @@ func TestRequestPhaseRendersNothing(t *testing.T) {
 	if spec == nil {
 		t.Fatal("not merged")
 	}
-	f := newFrontOpenAPI(top)
 	var calls atomic.Int32
-	f.render = func([]byte) ([]byte, error) { calls.Add(1); return []byte("rendered"), nil }
+	f := newFrontOpenAPI(top, nil, openapi.FrontConfig{Render: func([]byte) ([]byte, error) { calls.Add(1); return []byte("rendered"), nil }})
 	f.warmed.Do(func() {}) // no background rendering: only requests can render
 	s.frontOpenAPI.get(top, func(*discovery.Topology) *frontOpenAPI { return f })
 

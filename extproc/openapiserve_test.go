@@ -24,6 +24,8 @@ import (
 	"k8s.io/kube-openapi/pkg/spec3"
 
 	"github.com/skewgate/skewgate/discovery"
+
+	"github.com/skewgate/skewgate/openapi"
 )
 
 // specOf is a served document as the Topology holds one: its hash is handler3's computeETag.
@@ -195,7 +197,7 @@ func TestOpenAPIDocumentLikeHandler3(t *testing.T) {
 func differential(t *testing.T, key string, spec *discovery.OpenAPISpec) {
 	data := spec.JSON
 	srv, refHash := handler3Server(t, key, data)
-	f := newFrontOpenAPI(nil)
+	f := newFrontOpenAPI(nil, nil, openapi.FrontConfig{})
 
 	accepts := []string{"", "application/json", "*/*", "application/*", acceptProto,
 		"application/com.github.proto-openapi.spec.v3@v1.0+protobuf",
@@ -318,7 +320,7 @@ func TestOpenAPIIndexLikeHandler3(t *testing.T) {
 	refDoc := fromHTTP(t, first)
 	refHash, _ := strconv.Unquote(refDoc.etag)
 	idx := specOf([]byte(`{"paths":{"apis/apps/v1":{"serverRelativeURL":"/openapi/v3/apis/apps/v1?hash=AB"}}}`), time.Now().Add(-time.Minute).Truncate(time.Second))
-	f := newFrontOpenAPI(nil)
+	f := newFrontOpenAPI(nil, nil, openapi.FrontConfig{})
 	for _, c := range []struct{ ifNoneMatch, ifModifiedSince, rang string }{{}, {ifNoneMatch: "own"}, {ifNoneMatch: `"x"`}, {ifModifiedSince: "own"}, {ifNoneMatch: "*"},
 		{rang: "bytes=0-9"}, {rang: "bytes=99999999-"}, {rang: "bytes=0-9", ifNoneMatch: "own"},
 		// Several ranges: answered as handler3 answers without the Range (docs/openapi.md).
@@ -349,33 +351,6 @@ func TestOpenAPIIndexLikeHandler3(t *testing.T) {
 	}
 }
 
-// TestOpenAPIProtobufCacheBounded: any number of Accept spellings share one protobuf rendering per
-// document, and the renderings never exceed the byte cap.
-func TestOpenAPIProtobufCacheBounded(t *testing.T) {
-	data := openapitest.Doc(t, "v1.36.3", "apis/apps/v1")
-	spec := specOf(data, time.Now())
-	f := newFrontOpenAPI(nil)
-	for i := 0; i < 200; i++ {
-		accept := junkAccept(acceptProto, i)
-		if i%2 == 1 {
-			accept = junkAccept("application/com.github.proto-openapi.spec.v3@v1.0+protobuf;q=0.8", i)
-		}
-		if r := f.document("apis/apps/v1", spec, &openAPIRequest{accept: accept}); r.GetImmediateResponse().GetStatus().GetCode() != 200 {
-			t.Fatalf("%q: %v", accept, r)
-		}
-	}
-	if len(f.proto) != 1 || f.protoBytes != len(f.proto[spec.Hash]) {
-		t.Errorf("%d renderings, %d bytes, want one", len(f.proto), f.protoBytes)
-	}
-	// Past the cap a rendering is served but not kept.
-	small := newFrontOpenAPI(nil)
-	small.maxBytes = 1000
-	r := small.document("apis/apps/v1", spec, &openAPIRequest{accept: acceptProto})
-	if len(r.GetImmediateResponse().GetBody()) <= 1000 || len(small.proto) != 0 || small.protoBytes != 0 {
-		t.Errorf("over the cap: body %d bytes, %d kept (%d bytes)", len(r.GetImmediateResponse().GetBody()), len(small.proto), small.protoBytes)
-	}
-}
-
 // TestOpenAPIAnswersLikeTheTestbed holds the front's answers for a captured document against the
 // response headers the testbed's v1.36.3 apiserver sent for the same requests
 // (discovery/testdata/openapi/headers.txt): the same status and the same headers, with the same
@@ -387,7 +362,7 @@ func TestOpenAPIAnswersLikeTheTestbed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := newFrontOpenAPI(nil)
+	f := newFrontOpenAPI(nil, nil, openapi.FrontConfig{})
 	checked := 0
 	for _, sec := range strings.Split(string(raw), "### ")[1:] {
 		lines := strings.Split(strings.TrimSpace(strings.ReplaceAll(sec, "\r", "")), "\n") // curl -i keeps the CRs
@@ -444,31 +419,5 @@ func TestOpenAPIAnswersLikeTheTestbed(t *testing.T) {
 	}
 	if checked != 6 {
 		t.Errorf("checked %d captured answers, want 6", checked)
-	}
-}
-
-// BenchmarkOpenAPIDocument: the per-request cost of answering a merged document (the largest
-// captured one, api/v1): the full answer in JSON and in protobuf (rendered once), and the 304.
-func BenchmarkOpenAPIDocument(b *testing.B) {
-	spec := specOf(openapitest.Doc(b, "v1.36.3", "api/v1"), time.Now())
-	f := newFrontOpenAPI(nil)
-	for _, c := range []struct {
-		name string
-		q    openAPIRequest
-		code uint32
-	}{
-		{"json", openAPIRequest{accept: "application/json", query: "hash=" + spec.Hash}, 200},
-		{"protobuf", openAPIRequest{accept: acceptProto, query: "hash=" + spec.Hash}, 200},
-		{"not-modified", openAPIRequest{accept: "application/json", ifNoneMatch: strconv.Quote(spec.Hash)}, 304},
-		{"redirect", openAPIRequest{accept: "application/json", query: "hash=ABC"}, 301},
-	} {
-		b.Run(c.name, func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				if r := f.document("api/v1", spec, &c.q); uint32(r.GetImmediateResponse().GetStatus().GetCode()) != c.code {
-					b.Fatalf("%v", r.GetImmediateResponse().GetStatus())
-				}
-			}
-		})
 	}
 }

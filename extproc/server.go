@@ -2,6 +2,7 @@ package extproc
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/internal/wire"
+	"github.com/skewgate/skewgate/openapi"
 )
 
 // TopologySource is the one thing the service reads: the Topology every connected Envoy has
@@ -44,6 +46,8 @@ type Server struct {
 
 	frontDiscovery perTopology[*frontDiscovery]
 	frontOpenAPI   perTopology[*frontOpenAPI]
+	openAPIConfig  openapi.FrontConfig // openapiserve.go
+	ctx            context.Context     // WithContext
 	clusterNames   perTopology[*clusterNames]
 	slots          *slots // the front's answers in flight (frontlimit.go)
 	clock          clock.PassiveClock
@@ -151,7 +155,7 @@ func (a *answerHeaders) openAPIRequest(query string) *openAPIRequest {
 }
 
 // singleRange is a Range header's value if it names one range at most, else "": the front answers
-// several ranges with the whole document (openapiserve.go, httpRequest), so their value is not
+// several ranges with the whole document (openapi/serve.go, Request.httpRequest), so their value is not
 // even copied.
 func singleRange(h *corev3.HeaderValue) string {
 	if v := h.GetRawValue(); len(v) > 0 {

@@ -130,7 +130,7 @@ func Start(ctx context.Context, o *options.Options, lis Listeners, log *zap.Logg
 	if err != nil {
 		return nil, nil, err
 	}
-	gs, err := newGRPCServers(o, xs, log, reg)
+	gs, err := newGRPCServers(g.ctx, o, xs, log, reg)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -199,8 +199,8 @@ type grpcServers struct {
 
 // newGRPCServers builds both gRPC servers. Both admit only the Envoy skewgate configures: the peer's
 // uid on a unix socket, mTLS on TCP (internal/grpcutil/peer.go). ext_proc reads only xs: the
-// Topology every connected Envoy has acknowledged.
-func newGRPCServers(o *options.Options, xs *xds.Server, log *zap.Logger, reg *prometheus.Registry) (grpcServers, error) {
+// Topology every connected Envoy has acknowledged. ext_proc's background work ends with ctx.
+func newGRPCServers(ctx context.Context, o *options.Options, xs *xds.Server, log *zap.Logger, reg *prometheus.Registry) (grpcServers, error) {
 	var gs grpcServers
 	var tlsCreds credentials.TransportCredentials
 	if o.GRPCCertFile != "" {
@@ -222,7 +222,7 @@ func newGRPCServers(o *options.Options, xs *xds.Server, log *zap.Logger, reg *pr
 	}
 	gs.xds = grpc.NewServer(grpcutil.ServerOptions(10000, 16<<20, creds("xds"))...)
 	xs.Register(gs.xds)
-	gs.extproc = extproc.NewGRPCServer(extproc.NewServer(xs, log, reg), extproc.GRPCOptions{ServerOptions: []grpc.ServerOption{creds("extproc")}})
+	gs.extproc = extproc.NewGRPCServer(extproc.NewServer(xs, log, reg, extproc.WithContext(ctx)), extproc.GRPCOptions{ServerOptions: []grpc.ServerOption{creds("extproc")}})
 	return gs, nil
 }
 

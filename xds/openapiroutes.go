@@ -7,6 +7,7 @@ import (
 
 	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/internal/wire"
+	"github.com/skewgate/skewgate/openapi"
 )
 
 // OpenAPI v3 routes: Envoy's route table carries the Topology's per-key OpenAPI decisions
@@ -35,9 +36,9 @@ import (
 // come with anonymous twins like every skew route. They sit after the resource skew routes and
 // before the /openapi prefix schema routes, which they refine.
 //
-// Bounded: an index has at most 4096 keys (discovery's index validation); maxOpenAPIRouteKeys caps
+// Bounded: an index has at most openapi.MaxKeys keys (openapi.ParseIndex); maxOpenAPIRouteKeys caps
 // the keys here whatever the inputs, so the table gains at most 2 × maxOpenAPIRouteKeys routes.
-const maxOpenAPIRouteKeys = 4096
+const maxOpenAPIRouteKeys = openapi.MaxKeys
 
 // openAPIRoutes returns the exact-path routes of the OpenAPI v3 decisions (without anonymous twins).
 func (tb *translator) openAPIRoutes(retry *routev3.RetryPolicy) []*routev3.Route {
@@ -59,7 +60,7 @@ func (tb *translator) openAPIRoutes(retry *routev3.RetryPolicy) []*routev3.Route
 		out = append(out, &routev3.Route{
 			Name: "openapi:" + kd.Key,
 			Match: &routev3.RouteMatch{
-				PathSpecifier: &routev3.RouteMatch_Path{Path: "/openapi/v3/" + kd.Key},
+				PathSpecifier: &routev3.RouteMatch_Path{Path: openapi.Prefix + "/" + kd.Key},
 				Headers:       []*routev3.HeaderMatcher{notUpgrade},
 			},
 			Action: &routev3.Route_Route{Route: skewAction(wire.SetCluster(kd.Set.Members()), retry)},

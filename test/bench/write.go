@@ -90,7 +90,7 @@ func markdown(r *Results) string {
 		fmt.Fprintf(&b, "| %d | %d | %d | %.2f | %.2f | %d | %d |\n", s.Upstreams, s.Sets, s.Clusters, s.BuildMs, s.TranslateMs, s.SnapshotKiB, s.RSSMiB)
 	}
 	if r.ExtProc != "" {
-		fmt.Fprintf(&b, "\n## In-process benchmarks (`go test -bench` in extproc, xds and discovery; see the Makefile's bench target)\n\n```\n%s```\n", r.ExtProc)
+		fmt.Fprintf(&b, "\n## In-process benchmarks (`go test -bench` in extproc, xds, discovery and openapi; see the Makefile's bench target)\n\n```\n%s```\n", r.ExtProc)
 	}
 	return b.String()
 }

@@ -1,15 +1,18 @@
-package discovery
+package openapi
 
 import (
+	"crypto/sha512"
 	"encoding/hex"
-	"github.com/skewgate/skewgate/internal/openapitest"
+	"errors"
 	"strings"
 	"testing"
+
+	"github.com/skewgate/skewgate/internal/openapitest"
 )
 
-func TestParseOpenAPIIndexCaptured(t *testing.T) {
+func TestParseIndexCaptured(t *testing.T) {
 	for _, v := range []string{"v1.35.4", "v1.36.3"} {
-		idx, err := ParseOpenAPIIndex(openapitest.File(t, v, "index"))
+		idx, err := ParseIndex(openapitest.File(t, v, "index"))
 		if err != nil {
 			t.Fatalf("%s: %v", v, err)
 		}
@@ -30,7 +33,7 @@ func TestParseOpenAPIIndexCaptured(t *testing.T) {
 	}
 }
 
-func TestParseOpenAPIIndexRejects(t *testing.T) {
+func TestParseIndexRejects(t *testing.T) {
 	const h = "ABC123"
 	entry := func(key, url string) string {
 		return `{"paths":{"api/v1":{"serverRelativeURL":"/openapi/v3/api/v1?hash=` + h + `"},` +
@@ -39,7 +42,7 @@ func TestParseOpenAPIIndexRejects(t *testing.T) {
 	ok := func(key string) string { return entry(key, "/openapi/v3/"+key+"?hash="+h) }
 	var many strings.Builder
 	many.WriteString(`{"paths":{`)
-	for i := range maxOpenAPIKeys + 1 {
+	for i := range MaxKeys + 1 {
 		if i > 0 {
 			many.WriteByte(',')
 		}
@@ -82,23 +85,48 @@ func TestParseOpenAPIIndexRejects(t *testing.T) {
 		{"hash with other bytes", entry("apis/apps/v1", "/openapi/v3/apis/apps/v1?hash=AB&x=1"), ErrInvalid},
 		{"hash too long", entry("apis/apps/v1", "/openapi/v3/apis/apps/v1?hash="+strings.Repeat("A", 257)), ErrInvalid},
 		{"too many keys", many.String(), ErrInvalid},
-		{"too large", `{"paths":{}}` + strings.Repeat(" ", MaxOpenAPIIndexBytes), ErrTooLarge},
+		// Decoded strictly as handler3's type: names are case-sensitive, none repeated or unknown.
+		{"paths in another case", `{"Paths":{}}`, ErrInvalid},
+		{"url member in another case", `{"paths":{"api/v1":{"serverRelativeUrl":"/openapi/v3/api/v1?hash=1"}}}`, ErrInvalid},
+		{"repeated paths", `{"paths":{},"paths":{}}`, ErrInvalid},
+		{"repeated key", `{"paths":{"api/v1":{"serverRelativeURL":"/openapi/v3/api/v1?hash=1"},"api/v1":{"serverRelativeURL":"/openapi/v3/api/v1?hash=2"}}}`, ErrInvalid},
+		{"repeated url", `{"paths":{"api/v1":{"serverRelativeURL":"/openapi/v3/api/v1?hash=1","serverRelativeURL":"/openapi/v3/api/v1?hash=2"}}}`, ErrInvalid},
+		{"entry null", `{"paths":{"api/v1":null}}`, ErrInvalid},
+		{"top null", `null`, ErrDecode},
+		{"too large", `{"paths":{}}` + strings.Repeat(" ", MaxIndexBytes), ErrTooLarge},
 	}
 	for _, tc := range cases {
-		idx, err := ParseOpenAPIIndex([]byte(tc.body))
+		idx, err := ParseIndex([]byte(tc.body))
 		if err == nil {
 			t.Errorf("%s: accepted (%d keys)", tc.name, len(idx.Keys))
 			continue
 		}
-		if got := errorType(err); got != tc.typ {
+		var oe *Error
+		if !errors.As(err, &oe) {
+			t.Errorf("%s: %v is no *Error", tc.name, err)
+		} else if got := oe.Type; got != tc.typ {
 			t.Errorf("%s: error type %s (%v), want %s", tc.name, got, err, tc.typ)
 		}
 	}
 	// The limits themselves are accepted.
 	for _, body := range []string{ok("apis/apps/v1"), ok(strings.Repeat("a", 256)), `{"paths":{}}`,
 		entry("apis/apps/v1", "/openapi/v3/apis/apps/v1?hash="+strings.Repeat("z", 256)), ok("apis/apps/v1/x"), ok("apis/apps")} {
-		if _, err := ParseOpenAPIIndex([]byte(body)); err != nil {
+		if _, err := ParseIndex([]byte(body)); err != nil {
 			t.Errorf("%.80s: %v", body, err)
 		}
 	}
+}
+
+// capturedKeys are the documents captured per version, by key.
+var capturedKeys = map[string]string{
+	"api/v1":                               "api_v1",
+	"apis/apps/v1":                         "apis_apps_v1",
+	"apis/admissionregistration.k8s.io/v1": "apis_admissionregistration.k8s.io_v1",
+	"apis/stable.example.com/v1":           "apis_stable.example.com_v1",
+	"version":                              "version",
+}
+
+func sha512Hex(b []byte) string {
+	sum := sha512.Sum512(b)
+	return strings.ToUpper(hex.EncodeToString(sum[:]))
 }

@@ -1,4 +1,4 @@
-package discovery
+package openapi
 
 import (
 	"bytes"
@@ -13,8 +13,8 @@ import (
 
 // The merge of one key's documents (ActionServe), inputs ordered newest first (the order of
 // compareGroups: highest version, then most members, then smallest hash); one document per hash.
-// Every input is a document whose bytes hash to the SHA-512 its index names (openapifetch.go), of a
-// key no aggregated APIService serves (openapibuild.go): what an apiserver itself serves under that
+// Every input is a document whose bytes hash to the SHA-512 its index names (fetch.go), of a
+// key no aggregated APIService serves (decide.go): what an apiserver itself serves under that
 // hash. Still, no input may change what belongs to another key or group-version:
 //
 //   - paths: every path of every input must be the key's own, "/<key>" or under "/<key>/" (as
@@ -91,11 +91,11 @@ func splitMember(raw json.RawMessage) (map[string]json.RawMessage, error) {
 }
 
 // mergeOpenAPI merges the documents of key, inputs newest first, by the rule above.
-func mergeOpenAPI(key string, inputs []*OpenAPISpec, now time.Time) (*OpenAPISpec, error) {
+func Merge(key string, inputs []*Spec, now time.Time) (*Spec, error) {
 	if len(inputs) == 0 {
 		return nil, errors.New("no documents to merge")
 	}
-	gv, hasGV := openAPIGroupVersion(key)
+	gv, hasGV := GroupVersion(key)
 	group, version, _ := strings.Cut(gv, "/")
 	root := "/" + key
 	docs := make([]*openAPIDoc, len(inputs))
@@ -169,7 +169,7 @@ func mergeOpenAPI(key string, inputs []*OpenAPISpec, now time.Time) (*OpenAPISpe
 	if name, ok := danglingSchemaRef(data, schemas); ok {
 		return nil, fmt.Errorf("dangling reference to schema %q", name)
 	}
-	return &OpenAPISpec{JSON: data, Hash: openAPIHash(data), Built: built}, nil
+	return &Spec{JSON: data, Hash: Hash(data), Built: built}, nil
 }
 
 // errForeignPath: an input describes a path of another key.

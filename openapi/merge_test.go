@@ -1,4 +1,4 @@
-package discovery
+package openapi
 
 import (
 	"bytes"
@@ -68,7 +68,7 @@ func findKind(t *testing.T, v docView, resourcePath string, want gvk) string {
 
 // splitDoc returns a copy of data without the paths containing any of drop and the schemas whose name
 // starts with any of dropSchemas, as a document of its own (its own bytes and hash).
-func splitDoc(t testing.TB, in *OpenAPISpec, drop, dropSchemas []string, built time.Time) *OpenAPISpec {
+func splitDoc(t testing.TB, in *Spec, drop, dropSchemas []string, built time.Time) *Spec {
 	t.Helper()
 	var top map[string]any
 	if err := json.Unmarshal(in.JSON, &top); err != nil {
@@ -94,7 +94,7 @@ func splitDoc(t testing.TB, in *OpenAPISpec, drop, dropSchemas []string, built t
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &OpenAPISpec{JSON: data, Hash: openAPIHash(data), Built: built}
+	return &Spec{JSON: data, Hash: Hash(data), Built: built}
 }
 
 const admPrefix = "io.k8s.api.admissionregistration.v1."
@@ -111,12 +111,12 @@ func TestMergeOpenAPISplit(t *testing.T) {
 	t0 := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
 	noMAP := splitDoc(t, full, []string{"mutatingadmissionpolicies"}, []string{admPrefix + "MutatingAdmissionPolic"}, t0)
 	noVAP := splitDoc(t, full, []string{"validatingadmissionpolicies"}, []string{admPrefix + "ValidatingAdmissionPolic"}, t0.Add(time.Minute))
-	for _, in := range []*OpenAPISpec{noMAP, noVAP} {
+	for _, in := range []*Spec{noMAP, noVAP} {
 		if findKindQuiet(in.JSON, gvkMAP) && findKindQuiet(in.JSON, gvkVAP) {
 			t.Fatal("split input still has both kinds")
 		}
 	}
-	m, err := mergeOpenAPI(keyAdmission, []*OpenAPISpec{noMAP, noVAP}, time.Unix(1, 0))
+	m, err := Merge(keyAdmission, []*Spec{noMAP, noVAP}, time.Unix(1, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,12 +182,12 @@ func jsonEqual(t *testing.T, a, b []byte) bool {
 	return reflect.DeepEqual(va, vb)
 }
 
-func spec(t *testing.T, doc string) *OpenAPISpec {
+func spec(t *testing.T, doc string) *Spec {
 	t.Helper()
 	if !json.Valid([]byte(doc)) {
 		t.Fatalf("invalid test document %s", doc)
 	}
-	return &OpenAPISpec{JSON: []byte(doc), Hash: openAPIHash([]byte(doc))}
+	return &Spec{JSON: []byte(doc), Hash: Hash([]byte(doc))}
 }
 
 // On a name clash the newest input's schema wins; of the loser's kinds, only the schema's own kind
@@ -202,7 +202,7 @@ func TestMergeOpenAPIClash(t *testing.T) {
 		"g.v1.X":{"description":"old X","x-kubernetes-group-version-kind":[{"group":"g","kind":"X","version":"v1"},{"group":"g","kind":"X2","version":"v1"},{"group":"other","kind":"Z","version":"v1"}]},
 		"g.v1.Same":{"type":"string"},
 		"g.v1.Y":{"description":"only old"}}}}`)
-	m, err := mergeOpenAPI("apis/g/v1", []*OpenAPISpec{newest, older}, time.Unix(1, 0))
+	m, err := Merge("apis/g/v1", []*Spec{newest, older}, time.Unix(1, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +219,7 @@ func TestMergeOpenAPIClash(t *testing.T) {
 		t.Errorf("built %v: inputs without a time take now", m.Built)
 	}
 	// The same clash the other way round: the other document is newest now.
-	m2, err := mergeOpenAPI("apis/g/v1", []*OpenAPISpec{older, newest}, time.Unix(1, 0))
+	m2, err := Merge("apis/g/v1", []*Spec{older, newest}, time.Unix(1, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,14 +241,14 @@ func TestMergeOpenAPIRejects(t *testing.T) {
 		{"bad GVK list on clash", `{"paths":{},"components":{"schemas":{"a":{"x-kubernetes-group-version-kind":"x"}}}}`, "schema a"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := mergeOpenAPI("apis/g/v1", []*OpenAPISpec{ok, spec(t, tc.doc)}, time.Unix(1, 0))
+			_, err := Merge("apis/g/v1", []*Spec{ok, spec(t, tc.doc)}, time.Unix(1, 0))
 			if err == nil || !strings.Contains(err.Error(), tc.err) {
 				t.Errorf("error %v, want %q", err, tc.err)
 			}
 		})
 	}
 	// A reference escaped inside a description is no reference.
-	if _, err := mergeOpenAPI("apis/g/v1", []*OpenAPISpec{spec(t, `{"paths":{},"components":{"schemas":{"a":{"description":"see \"#/components/schemas/nothing\""}}}}`)}, time.Unix(1, 0)); err != nil {
+	if _, err := Merge("apis/g/v1", []*Spec{spec(t, `{"paths":{},"components":{"schemas":{"a":{"description":"see \"#/components/schemas/nothing\""}}}}`)}, time.Unix(1, 0)); err != nil {
 		t.Errorf("escaped quote: %v", err)
 	}
 }
@@ -259,15 +259,15 @@ func TestMergeOpenAPICapturedReleases(t *testing.T) {
 	for _, key := range []string{keyCore, keyApps, keyAdmission, keyCRD} {
 		t.Run(key, func(t *testing.T) {
 			nw, old := loadCaptured(t, v136).docs[key], loadCaptured(t, v135).docs[key]
-			m, err := mergeOpenAPI(key, []*OpenAPISpec{nw, old}, time.Unix(1, 0))
+			m, err := Merge(key, []*Spec{nw, old}, time.Unix(1, 0))
 			if err != nil {
 				t.Fatal(err)
 			}
 			v := viewDoc(t, m.JSON)
-			gv, _ := openAPIGroupVersion(key)
+			gv, _ := GroupVersion(key)
 			g, ver, _ := strings.Cut(gv, "/")
 			kinds := 0
-			for _, in := range []*OpenAPISpec{nw, old} {
+			for _, in := range []*Spec{nw, old} {
 				iv := viewDoc(t, in.JSON)
 				for p := range iv.Paths {
 					if _, ok := v.Paths[p]; !ok {

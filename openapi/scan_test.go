@@ -1,4 +1,4 @@
-package discovery
+package openapi
 
 import (
 	"bytes"
@@ -53,8 +53,8 @@ func TestSplitObjectRejects(t *testing.T) {
 // encoder: nothing invalid is ever served.
 func TestMergeOpenAPIInvalidMember(t *testing.T) {
 	// The path is the key's own, so the refusal is the encoder's (a foreign path is refused earlier).
-	bad := &OpenAPISpec{JSON: []byte(`{"paths":{"/apis/g/v1/a":{"get":tru}},"components":{"schemas":{}}}`), Hash: "bad"}
-	if _, err := mergeOpenAPI("apis/g/v1", []*OpenAPISpec{bad}, time.Unix(1, 0)); err == nil || !strings.Contains(err.Error(), "invalid character '}' in literal true") {
+	bad := &Spec{JSON: []byte(`{"paths":{"/apis/g/v1/a":{"get":tru}},"components":{"schemas":{}}}`), Hash: "bad"}
+	if _, err := Merge("apis/g/v1", []*Spec{bad}, time.Unix(1, 0)); err == nil || !strings.Contains(err.Error(), "invalid character '}' in literal true") {
 		t.Errorf("invalid member: error %v, want the encoder's refusal of the invalid literal", err)
 	}
 }
@@ -62,19 +62,18 @@ func TestMergeOpenAPIInvalidMember(t *testing.T) {
 // The memo returns the document merging again would (same bytes, same Built), stays bounded, and a
 // changed input misses it.
 func TestMergeMemo(t *testing.T) {
-	resetMergeMemo()
-	defer resetMergeMemo()
+	m := NewMemo(MemoEntries, MemoBytes)
 	full := loadCaptured(t, v136).docs[keyAdmission]
 	old := loadCaptured(t, v135).docs[keyAdmission]
-	first, err := mergeOpenAPIMemo(keyAdmission, []*OpenAPISpec{full, old}, time.Unix(1, 0))
+	first, err := m.Merge(keyAdmission, []*Spec{full, old}, time.Unix(1, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, _ := mergeOpenAPIMemo(keyAdmission, []*OpenAPISpec{full, old}, time.Unix(2, 0))
+	again, _ := m.Merge(keyAdmission, []*Spec{full, old}, time.Unix(2, 0))
 	if again != first {
 		t.Error("same inputs merged again")
 	}
-	fresh, _ := mergeOpenAPI(keyAdmission, []*OpenAPISpec{full, old}, time.Unix(2, 0))
+	fresh, _ := Merge(keyAdmission, []*Spec{full, old}, time.Unix(2, 0))
 	if !bytes.Equal(fresh.JSON, first.JSON) || !fresh.Built.Equal(first.Built) {
 		t.Error("memo differs from a fresh merge")
 	}
@@ -82,28 +81,51 @@ func TestMergeMemo(t *testing.T) {
 	// the Built of the first merge.
 	refetched := *old
 	refetched.Built = old.Built.Add(time.Hour)
-	shared, _ := mergeOpenAPIMemo(keyAdmission, []*OpenAPISpec{full, &refetched}, time.Unix(3, 0))
+	shared, _ := m.Merge(keyAdmission, []*Spec{full, &refetched}, time.Unix(3, 0))
 	if shared != first {
 		t.Error("a refetched input with the same hash merged again: another copy of the same bytes")
 	}
-	other, _ := mergeOpenAPIMemo(keyAdmission, []*OpenAPISpec{old, full}, time.Unix(1, 0))
+	other, _ := m.Merge(keyAdmission, []*Spec{old, full}, time.Unix(1, 0))
 	if other == first || bytes.Equal(other.JSON, first.JSON) {
 		t.Error("another input order hit the memo")
 	}
-	for i := range 2 * mergeMemoEntries {
+	total := 0
+	for i := range 2 * MemoEntries {
 		doc := spec(t, `{"paths":{},"components":{"schemas":{"n":{"description":"`+strings.Repeat("x", i)+`"}}}}`)
-		if _, err := mergeOpenAPIMemo("apis/g/v1", []*OpenAPISpec{doc}, time.Unix(1, 0)); err != nil {
+		got, err := m.Merge("apis/g/v1", []*Spec{doc}, time.Unix(1, 0))
+		if err != nil {
 			t.Fatal(err)
 		}
+		if i >= MemoEntries {
+			total += len(got.JSON)
+		}
 	}
-	mergeMemo.Lock()
-	n, size := len(mergeMemo.entries), mergeMemo.bytes
-	total := 0
-	for _, e := range mergeMemo.entries {
-		total += len(e.spec.JSON)
+	if n, size := m.Len(), m.Bytes(); n != MemoEntries || size != total {
+		t.Errorf("memo holds %d entries, %d bytes, want %d entries of the last %d bytes merged", n, size, MemoEntries, total)
 	}
-	mergeMemo.Unlock()
-	if n != mergeMemoEntries || size != total {
-		t.Errorf("memo holds %d entries, %d bytes (counted %d), want %d entries", n, size, total, mergeMemoEntries)
+}
+
+// Past its byte bound the memo drops the least recently used documents, and a nil memo merges.
+func TestMergeMemoBytes(t *testing.T) {
+	doc := func(n int) *Spec {
+		return spec(t, `{"paths":{},"components":{"schemas":{"n":{"description":"`+strings.Repeat("x", n)+`"}}}}`)
+	}
+	a, _ := Merge("apis/g/v1", []*Spec{doc(100)}, time.Unix(1, 0))
+	m := NewMemo(MemoEntries, 2*len(a.JSON)+10)
+	first, _ := m.Merge("apis/g/v1", []*Spec{doc(100)}, time.Unix(1, 0))
+	m.Merge("apis/g/v1", []*Spec{doc(101)}, time.Unix(1, 0))
+	m.Merge("apis/g/v1", []*Spec{doc(100)}, time.Unix(1, 0)) // used: the other is the oldest
+	m.Merge("apis/g/v1", []*Spec{doc(102)}, time.Unix(1, 0))
+	if m.Len() != 2 || m.Bytes() > 2*len(a.JSON)+10 {
+		t.Errorf("memo holds %d documents, %d bytes, want 2 within %d", m.Len(), m.Bytes(), 2*len(a.JSON)+10)
+	}
+	if again, _ := m.Merge("apis/g/v1", []*Spec{doc(100)}, time.Unix(1, 0)); again != first {
+		t.Error("the most recently used document was dropped")
+	}
+	var none *Memo
+	x, _ := none.Merge("apis/g/v1", []*Spec{doc(100)}, time.Unix(1, 0))
+	y, _ := none.Merge("apis/g/v1", []*Spec{doc(100)}, time.Unix(1, 0))
+	if x == y || !bytes.Equal(x.JSON, y.JSON) {
+		t.Error("a nil memo kept a document, or merged differently")
 	}
 }

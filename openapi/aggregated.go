@@ -1,4 +1,4 @@
-package discovery
+package openapi
 
 import (
 	"fmt"
@@ -21,11 +21,11 @@ import (
 //
 // A merged document is served to every client under its own hash, cached for a year, so the front
 // merges a key only when every input is verified and no such server can answer for it:
-//   - the key's group-version is no aggregated APIService's (Upstream facts AggregatedAPIs);
+//   - the key's group-version is no aggregated APIService's (Upstream.Aggregated);
 //   - every hash the upstreams publish for it is of handler3's form, and the bytes fetched under it
-//     hash to it (openapifetch.go): documents are shared between upstreams by key and hash only
-//     then (openapistore.go);
-//   - every input describes only the key's paths and kinds (openapimerge.go).
+//     hash to it (fetch.go): documents are shared between upstreams by key and hash only
+//     then (store.go);
+//   - every input describes only the key's paths and kinds (merge.go).
 //
 // Otherwise the key is routed to the apiservers the decision picks (the fallback of a merge), and
 // the front's index names the hash they publish: what a client gets is what those apiservers serve
@@ -36,10 +36,10 @@ import (
 // (kube-aggregator pkg/controllers/autoregister, AutoRegisterManagedLabel).
 const autoManagedLabel = "kube-aggregator.kubernetes.io/automanaged"
 
-// aggregatedAPIs returns the group-versions ("<group>/<version>", sorted) of the APIServices that
+// AggregatedAPIs returns the group-versions ("<group>/<version>", sorted) of the APIServices that
 // may name a service. Only metadata is watched, so an APIService the apiserver did not register for
 // itself (no autoManagedLabel) counts as one: at worst a key is routed that could be merged.
-func aggregatedAPIs(apiServices []*metav1.PartialObjectMetadata) []string {
+func AggregatedAPIs(apiServices []*metav1.PartialObjectMetadata) []string {
 	var out []string
 	for _, a := range apiServices {
 		switch a.Labels[autoManagedLabel] {
@@ -57,21 +57,21 @@ func aggregatedAPIs(apiServices []*metav1.PartialObjectMetadata) []string {
 	return slices.Compact(out)
 }
 
-// allAggregated, as the only entry of UpstreamFacts.AggregatedAPIs, stands for every group-version:
+// AllAggregated, as the only entry of Upstream.Aggregated, stands for every group-version:
 // the APIServices are not known yet (the informer has not synced), so nothing may be merged.
-const allAggregated = "*"
+const AllAggregated = "*"
 
-// aggregatedOpenAPIKeys returns the index keys of the group-versions any upstream puts behind an
+// aggregatedKeys returns the index keys of the group-versions any upstream puts behind an
 // aggregated APIService.
-func aggregatedOpenAPIKeys(facts []UpstreamFacts) map[string]bool {
+func aggregatedKeys(ups []Upstream) map[string]bool {
 	var out map[string]bool
-	for _, f := range facts {
-		for _, gv := range f.AggregatedAPIs {
+	for _, u := range ups {
+		for _, gv := range u.Aggregated {
 			if out == nil {
 				out = map[string]bool{}
 			}
-			if gv == allAggregated {
-				out[allAggregated] = true
+			if gv == AllAggregated {
+				out[AllAggregated] = true
 				continue
 			}
 			out["apis/"+gv] = true
@@ -82,15 +82,15 @@ func aggregatedOpenAPIKeys(facts []UpstreamFacts) map[string]bool {
 
 // routeOnly says why key, which would need a merge, must not be merged (the front then never serves
 // its own bytes for it), or "".
-func (b *openAPIBuilder) routeOnly(key string, groups []*openAPIGroup) string {
-	if b.aggregated[key] {
+func (d *decider) routeOnly(key string, groups []*group) string {
+	if d.aggregated[key] {
 		return "an aggregated APIService serves it (its server can answer skewgate alone)"
 	}
-	if b.aggregated[allAggregated] {
+	if d.aggregated[AllAggregated] {
 		return "the APIServices are not known yet: an aggregated one may serve it"
 	}
 	for _, g := range groups {
-		if !isSHA512Hex(g.hash) {
+		if !IsSHA512Hex(g.hash) {
 			return fmt.Sprintf("hash %.24q is not a SHA-512 the front can check", g.hash)
 		}
 	}

@@ -1,4 +1,4 @@
-package discovery
+package openapi
 
 import (
 	"bytes"
@@ -7,7 +7,7 @@ import (
 	"strings"
 )
 
-// The kinds of a merged document (the rule in openapimerge.go): which x-kubernetes-group-version-kind
+// The kinds of a merged document (the rule in merge.go): which x-kubernetes-group-version-kind
 // entries of the losing inputs the result keeps.
 
 // gvk is one entry of x-kubernetes-group-version-kind, its fields in the order the apiserver writes
