@@ -51,7 +51,7 @@ test:
 FUZZTIME ?= 25s
 .PHONY: fuzz
 fuzz:
-	$(GO) test ./extproc -run '^$$' -fuzz '^FuzzClassify$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./decision -run '^$$' -fuzz '^FuzzClassify$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./test/equivalence -run '^$$' -fuzz '^FuzzRouteTableMatchesExtProc$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./extproc -run '^$$' -fuzz '^FuzzOpenAPIPath$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./discovery -run '^$$' -fuzz '^FuzzSplitObject$$' -fuzztime $(FUZZTIME)
@@ -97,6 +97,7 @@ demo-down: testbed-down
 bench: testbed-bins
 	mkdir -p bench/results
 	$(GO) test ./extproc -run XXX -bench 'Classify|Decide|ServerDecide|ProcessRoundTrip' -benchmem | grep -E '^(Benchmark|goos|cpu)' > bench/results/extproc.txt
+	$(GO) test ./decision -run XXX -bench 'Classify|TableDecide' -benchmem | grep -E '^Benchmark' >> bench/results/extproc.txt
 	$(GO) test ./extproc -run XXX -bench ProcessLoad -benchtime 1x | grep -E '^Benchmark' >> bench/results/extproc.txt
 	$(GO) test ./xds -run XXX -bench 'Translate|Push' -benchmem | grep -E '^Benchmark' >> bench/results/extproc.txt
 	$(GO) test ./extproc -run XXX -bench 'DiscoveryDistinctAccept|OpenAPIDocument|OpenAPIProtobufRender' -benchmem | grep -E '^Benchmark' >> bench/results/extproc.txt

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/skewgate/skewgate/decision"
 	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/internal/wire"
 )
@@ -39,7 +40,7 @@ func TestOpenAPIPath(t *testing.T) {
 		"/openapi/v3/.well-known/openid-config":  {key: ".well-known/openid-config", ours: true},
 		"/openapi/v3/apis/g/v?hash=x&hash=y#???": {key: "apis/g/v", query: "hash=x&hash=y#???", ours: true},
 	} {
-		key, query, index, ok := openAPIPath(p)
+		key, query, index, ok := decision.OpenAPIPath(p)
 		if got := (split{key, query, index, ok}); got != want {
 			t.Errorf("openAPIPath(%q) = %+v, want %+v", p, got, want)
 		}
@@ -393,10 +394,10 @@ func FuzzOpenAPIPath(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, p string) {
-		if _, err := Classify("GET", p); err != nil {
+		if _, err := decision.Classify("GET", p); err != nil {
 			return // refused (400) before any decision
 		}
-		key, query, index, ok := openAPIPath(p)
+		key, query, index, ok := decision.OpenAPIPath(p)
 		if !ok {
 			return
 		}

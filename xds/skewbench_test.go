@@ -13,7 +13,7 @@ func BenchmarkSkewRoutes50(b *testing.B) {
 	b.ReportAllocs()
 	var n int
 	for b.Loop() {
-		rs, err := tb.skewTable(retry, nil)
+		rs, _, err := tb.tableRoutes(retry, nil)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -14,7 +14,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/skewgate/skewgate/discovery"
-	"github.com/skewgate/skewgate/extproc"
 	"github.com/skewgate/skewgate/internal/wire"
 )
 
@@ -206,13 +205,5 @@ func TestTranslateClusters(t *testing.T) {
 func TestEnvoyVerifiesUpstreamsAsDiscoveryDoes(t *testing.T) {
 	if wire.UpstreamSNI != discovery.ServerName {
 		t.Errorf("Envoy verifies apiservers for %q, discovery for %q", wire.UpstreamSNI, discovery.ServerName)
-	}
-}
-
-// TestSchemaRoutesMatchExtProc: the route table's schema routes and ext_proc's isSchemaPath test the
-// same prefix.
-func TestSchemaRoutesMatchExtProc(t *testing.T) {
-	if schemaPrefix != extproc.SchemaPrefix {
-		t.Errorf("route table %q, ext_proc %q", schemaPrefix, extproc.SchemaPrefix)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/skewgate/skewgate/decision"
 	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/extproc"
 	"github.com/skewgate/skewgate/internal/wire"
@@ -187,7 +188,7 @@ func (f *fixture) verdict(t testing.TB, r request) string {
 	}
 	got := f.failOpen(t, r, path)
 	want := f.decided(t, r, path)
-	c, cerr := extproc.Classify(r.method, path)
+	c, cerr := decision.Classify(r.method, path)
 	switch {
 	case want.status == http.StatusBadRequest:
 		// ext_proc refuses what it cannot classify. A skew route may take it only for an invalid
@@ -198,7 +199,7 @@ func (f *fixture) verdict(t testing.TB, r request) string {
 			t.Errorf("%+v (path %q): ext_proc refuses it (400), the table routes it by %s to %v", r, path, got.route, got)
 		}
 		return "invalid"
-	case cerr == nil && c.Kind == extproc.Discovery:
+	case cerr == nil && c.Kind == decision.Discovery:
 		// ext_proc answers discovery at the front; failing open, an apiserver answers its own.
 		if isSkewRoute(got.route) {
 			t.Errorf("%+v: discovery path taken by %s", r, got.route)
@@ -213,7 +214,7 @@ func (f *fixture) verdict(t testing.TB, r request) string {
 	case encodedSlash(path):
 		// %2F inside a segment: the apiserver splits at it, Envoy's patterns do not (documented).
 		return "encoded slash"
-	case queryAmbiguous(path) && c.Kind == extproc.Resource && f.top.Decide(c.Key, "list") != f.top.Decide(c.Key, "watch"):
+	case queryAmbiguous(path) && c.Kind == decision.Resource && f.top.Decide(c.Key, "list") != f.top.Decide(c.Key, "watch"):
 		// ';', '+' and invalid escapes in the query: Go drops or decodes such pairs, Envoy does not.
 		return "query Envoy parses differently"
 	}
