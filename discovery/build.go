@@ -159,8 +159,12 @@ func newBuilder(facts []UpstreamFacts) *builder {
 		doc     *Document
 		members bitset
 	}
+	type docID struct {
+		slot int // 0: /api, 1: /apis
+		id   any // the hash, or the document itself when it has none
+	}
 	var docs []*served
-	byID := map[any]*served{}
+	byID := map[docID]*served{}
 	resources := make([]int, n)
 	for i, f := range facts {
 		// The default route balances over every proven upstream (xds builds AllCluster from those
@@ -169,13 +173,13 @@ func newBuilder(facts []UpstreamFacts) *builder {
 		if f.Ready {
 			b.ready.set(i)
 		}
-		for _, doc := range []*Document{f.API, f.APIs} {
+		for slot, doc := range []*Document{f.API, f.APIs} {
 			if doc == nil {
 				continue
 			}
-			var id any = doc
+			id := docID{slot, doc}
 			if doc.Hash != "" {
-				id = doc.Hash
+				id.id = doc.Hash
 			}
 			s := byID[id]
 			if s == nil {

@@ -11,7 +11,7 @@ import (
 
 var methods = []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "get"}
 
-// classifierSeeds are extproc's classifier table (extproc/classify_test.go) as method and path.
+// classifierSeeds are the classifier's table (decision/classify_test.go) as method and path.
 var classifierSeeds = []struct{ method, path string }{
 	{"GET", "/api/v1/pods"}, {"GET", "/api/v1/namespaces/default/pods"}, {"GET", "/api/v1/namespaces/default/pods/p1"},
 	{"GET", "/api/v1/namespaces/default/pods/p1/log"}, {"POST", "/api/v1/namespaces/default/pods/p1/exec?command=ls"},
