@@ -149,23 +149,11 @@ type builder struct {
 	sets       map[SetID]CapabilitySet
 }
 
-// newBuilder gathers the capabilities of the proven upstreams. Upstreams of one version share their
-// documents (equal hashes), so each distinct document is read once, for all its upstreams.
+// newBuilder gathers the capabilities of the proven upstreams.
 func newBuilder(facts []UpstreamFacts) *builder {
 	n := len(facts)
 	b := &builder{facts: facts, upstreams: make([]Upstream, n), all: newBitset(n), ready: newBitset(n),
 		caps: map[ResourceKey]*capability{}, setOf: map[string]SetID{}, sets: map[SetID]CapabilitySet{}}
-	type served struct {
-		doc     *Document
-		members bitset
-	}
-	type docID struct {
-		slot int // 0: /api, 1: /apis
-		id   any // the hash, or the document itself when it has none
-	}
-	var docs []*served
-	byID := map[docID]*served{}
-	resources := make([]int, n)
 	for i, f := range facts {
 		// The default route balances over every proven upstream (xds builds AllCluster from those
 		// with Capabilities), so "served by all" means all of them.
@@ -173,27 +161,12 @@ func newBuilder(facts []UpstreamFacts) *builder {
 		if f.Ready {
 			b.ready.set(i)
 		}
-		for slot, doc := range []*Document{f.API, f.APIs} {
-			if doc == nil {
-				continue
-			}
-			id := docID{slot, doc}
-			if doc.Hash != "" {
-				id.id = doc.Hash
-			}
-			s := byID[id]
-			if s == nil {
-				s = &served{doc: doc, members: newBitset(n)}
-				byID[id] = s
-				docs = append(docs, s)
-			}
-			s.members.set(i)
-		}
 	}
-	for _, s := range docs {
-		count := addCapabilities(b.caps, s.doc.Groups, s.members)
+	resources := make([]int, n)
+	for _, d := range distinctDocuments(facts) {
+		count := addCapabilities(b.caps, d.doc.Groups, d.members)
 		for i := range n {
-			if s.members.has(i) {
+			if d.members.has(i) {
 				resources[i] += count
 			}
 		}
@@ -204,6 +177,42 @@ func newBuilder(facts []UpstreamFacts) *builder {
 		b.upstreams[i] = u
 	}
 	return b
+}
+
+// servedDocument is a discovery document and the upstreams that serve it.
+type servedDocument struct {
+	doc     *Document
+	members bitset
+}
+
+// distinctDocuments groups the upstreams' /api and /apis documents by their hash (equal hashes mean
+// identical documents): upstreams of one version share theirs, so each is read once, for all of them.
+func distinctDocuments(facts []UpstreamFacts) []*servedDocument {
+	type docID struct {
+		slot int // 0: /api, 1: /apis
+		id   any // the hash, or the document itself when it has none
+	}
+	var docs []*servedDocument
+	byID := map[docID]*servedDocument{}
+	for i, f := range facts {
+		for slot, doc := range []*Document{f.API, f.APIs} {
+			if doc == nil {
+				continue
+			}
+			id := docID{slot, doc}
+			if doc.Hash != "" {
+				id.id = doc.Hash
+			}
+			d := byID[id]
+			if d == nil {
+				d = &servedDocument{doc: doc, members: newBitset(len(facts))}
+				byID[id] = d
+				docs = append(docs, d)
+			}
+			d.members.set(i)
+		}
+	}
+	return docs
 }
 
 // setFor names the upstreams of s; a set of several joins Topology.Sets, so xds makes its cluster.
