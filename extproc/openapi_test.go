@@ -42,7 +42,7 @@ func TestOpenAPIPath(t *testing.T) {
 	} {
 		key, query, index, ok := decision.OpenAPIPath(p)
 		if got := (split{key, query, index, ok}); got != want {
-			t.Errorf("openAPIPath(%q) = %+v, want %+v", p, got, want)
+			t.Errorf("OpenAPIPath(%q) = %+v, want %+v", p, got, want)
 		}
 		if ok {
 			// The key is the one a real handler3 serves at that path.
@@ -108,7 +108,7 @@ func TestOpenAPIDecisionsRoute(t *testing.T) {
 		{"GET", "/openapi/v3/" + keyApps, []string{"upgrade", "websocket"}, nil, want{cluster: wire.HTTP1Cluster(newer)}},
 		{"GET", "/openapi/v3/" + keyAdmission + "?hash=R36", nil, nil, want{cluster: wire.UpstreamCluster("new")}},
 		{"GET", "/openapi/v3/" + keyWidgets + "?hash=W", nil, nil, want{code: 503, reason: "ServiceUnavailable"}},
-		// default and unknown keys, escapes, the other schema paths: as before (schemas.go)
+		// default and unknown keys, escapes, the other schema paths: the schemas row
 		{"GET", "/openapi/v3/api/v1", nil, nil, schemas},
 		{"GET", "/openapi/v3/apis/nothing.example/v1", nil, nil, schemas},
 		{"GET", "/openapi/v3/%61pis/apps/v1", nil, nil, schemas},
