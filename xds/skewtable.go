@@ -140,8 +140,12 @@ func (tb *translator) tableRoutes(retry *routev3.RetryPolicy, anon *anypb.Any) (
 	return withAnonymousTwins(routes, anon), unexpressed, nil
 }
 
-// emitRows turns the rows into routes (without anonymous twins). The rows of one resource key are
-// emitted together (keyRoutes); the OpenAPI index row has no route (failing open the schemas row
+// emitRows turns the rows into routes (without anonymous twins), keeping the table's order: Envoy
+// takes the first route that matches, in configuration order, with no ranking by specificity
+// (source/common/router/config_impl.cc: VirtualHostImpl::getRouteFromEntries loops over routes_ at
+// envoyproxy/envoy commit 74fe3651, getRouteFromRoutes over them in a newer main copy; no release
+// tag is stored). The rows of one resource key
+// are emitted together (keyRoutes); the OpenAPI index row has no route (failing open the schemas row
 // takes it, ext_proc serves it), and the last row is routeConfig's default routes.
 func (tb *translator) emitRows(retry *routev3.RetryPolicy) ([]*routev3.Route, []UnexpressedKey, error) {
 	if tb.top == nil {
