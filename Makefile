@@ -45,7 +45,7 @@ test:
 	SKEWGATE_TEST_BIN=$(abspath $(TESTBED_DIR)/skewgate-race) hack/maketest.sh "$(MAKE)" "$(GO)" "$(TEST_TIMEOUT)"
 
 # A bounded fuzz run of the classifier against the apiserver's own RequestInfoFactory, of the
-# route table against ext_proc's decisions, of ext_proc's OpenAPI key against kube-openapi's reading
+# route table against the decision table it is emitted from, of the OpenAPI key against kube-openapi's reading
 # of the path, and of the OpenAPI document splitter against encoding/json (FUZZTIME each; the
 # committed corpora replay in every test run).
 FUZZTIME ?= 25s
