@@ -7,7 +7,6 @@ import (
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 
 	"github.com/skewgate/skewgate/decision"
-	"github.com/skewgate/skewgate/internal/wire"
 )
 
 // OpenAPI v3 routes: Envoy's route table carries the decision table's OpenAPI document rows
@@ -44,7 +43,7 @@ const maxOpenAPIRouteKeys = 4096
 
 // openAPIRoute is the exact-path route of one OpenAPI v3 document row (without its anonymous twin),
 // nil for a row that needs none; an error says why a row that needs one cannot have it.
-func openAPIRoute(row decision.Row, retry *routev3.RetryPolicy) (*routev3.Route, error) {
+func openAPIRoute(tab *decision.Table, row decision.Row, retry *routev3.RetryPolicy) (*routev3.Route, error) {
 	if row.Action != decision.ActionRoute && row.Action != decision.ActionServe {
 		return nil, nil
 	}
@@ -58,7 +57,7 @@ func openAPIRoute(row decision.Row, retry *routev3.RetryPolicy) (*routev3.Route,
 			PathSpecifier: &routev3.RouteMatch_Path{Path: decision.OpenAPIV3Path + "/" + row.Doc},
 			Headers:       []*routev3.HeaderMatcher{notUpgrade},
 		},
-		Action: &routev3.Route_Route{Route: skewAction(wire.SetCluster(row.Set.Members()), retry)},
+		Action: &routev3.Route_Route{Route: skewAction(tab.Cluster(row.Set), retry)},
 	}, nil
 }
 

@@ -14,11 +14,11 @@ import (
 // config_impl.cc in a 2026 main copy; test/dataplane/CONFORMANCE.md row 30), exactly what
 // decision.IsSchemaPath tests. An upgrade takes the HTTP/1.1 twin, as ext_proc names it. Nothing
 // when the row decides the default route.
-func schemaRoutes(row decision.Row, retry *routev3.RetryPolicy) []*routev3.Route {
+func schemaRoutes(tab *decision.Table, row decision.Row, retry *routev3.RetryPolicy) []*routev3.Route {
 	if row.Action != decision.ActionRoute {
 		return nil
 	}
-	cluster := wire.SetCluster(row.Set.Members())
+	cluster := tab.Cluster(row.Set)
 	match := func(extra ...*routev3.HeaderMatcher) *routev3.RouteMatch {
 		return &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_PathSeparatedPrefix{PathSeparatedPrefix: decision.SchemaPrefix}, Headers: extra}
 	}
@@ -35,11 +35,11 @@ func schemaRoutes(row decision.Row, retry *routev3.RetryPolicy) []*routev3.Route
 // resource whose schema it then reads, instead of one apiserver's at random. With ext_proc up these
 // routes are never taken: it names a cluster for every discovery request. The exact paths match the
 // path without its query like every exact path route (openapiroutes.go says where Envoy does so).
-func discoveryRoutes(row decision.Row, retry *routev3.RetryPolicy) []*routev3.Route {
+func discoveryRoutes(tab *decision.Table, row decision.Row, retry *routev3.RetryPolicy) []*routev3.Route {
 	if row.Set == "" {
 		return nil
 	}
-	cluster := wire.SetCluster(row.Set.Members())
+	cluster := tab.Cluster(row.Set)
 	notUpgrade := &routev3.HeaderMatcher{Name: "upgrade", HeaderMatchSpecifier: &routev3.HeaderMatcher_PresentMatch{PresentMatch: false}}
 	var out []*routev3.Route
 	for _, path := range []string{"/api", "/apis"} {

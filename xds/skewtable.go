@@ -154,7 +154,8 @@ func (tb *translator) emitRows(retry *routev3.RetryPolicy) ([]*routev3.Route, []
 	var out []*routev3.Route
 	var unexpressed []UnexpressedKey
 	openAPIRoutes := 0
-	rows := tb.top.Table().Rows()
+	tab := tb.top.Table()
+	rows := tab.Rows()
 	for i := 0; i < len(rows); i++ {
 		row := rows[i]
 		switch row.Path {
@@ -170,7 +171,7 @@ func (tb *translator) emitRows(retry *routev3.RetryPolicy) ([]*routev3.Route, []
 			}
 			out = append(out, rs...)
 		case decision.PathOpenAPIDocument:
-			r, err := openAPIRoute(row, retry)
+			r, err := openAPIRoute(tab, row, retry)
 			if err == nil && r != nil && openAPIRoutes == maxOpenAPIRouteKeys {
 				err = fmt.Errorf("more than %d OpenAPI document routes", maxOpenAPIRouteKeys)
 			}
@@ -183,9 +184,9 @@ func (tb *translator) emitRows(retry *routev3.RetryPolicy) ([]*routev3.Route, []
 				openAPIRoutes++
 			}
 		case decision.PathDiscovery:
-			out = append(out, discoveryRoutes(row, retry)...)
+			out = append(out, discoveryRoutes(tab, row, retry)...)
 		case decision.PathSchemas:
-			out = append(out, schemaRoutes(row, retry)...)
+			out = append(out, schemaRoutes(tab, row, retry)...)
 		}
 	}
 	return out, unexpressed, nil
