@@ -45,13 +45,13 @@ test:
 	SKEWGATE_TEST_BIN=$(abspath $(TESTBED_DIR)/skewgate-race) hack/maketest.sh "$(MAKE)" "$(GO)" "$(TEST_TIMEOUT)"
 
 # A bounded fuzz run of the classifier against the apiserver's own RequestInfoFactory, of the
-# route table against ext_proc's decisions, of ext_proc's OpenAPI key against kube-openapi's reading
+# route table against the decision table it is emitted from, of the OpenAPI key against kube-openapi's reading
 # of the path, and of the OpenAPI document splitter against encoding/json (FUZZTIME each; the
 # committed corpora replay in every test run).
 FUZZTIME ?= 25s
 .PHONY: fuzz
 fuzz:
-	$(GO) test ./extproc -run '^$$' -fuzz '^FuzzClassify$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./decision -run '^$$' -fuzz '^FuzzClassify$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./test/equivalence -run '^$$' -fuzz '^FuzzRouteTableMatchesExtProc$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./extproc -run '^$$' -fuzz '^FuzzOpenAPIPath$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./discovery -run '^$$' -fuzz '^FuzzSplitObject$$' -fuzztime $(FUZZTIME)
@@ -97,6 +97,7 @@ demo-down: testbed-down
 bench: testbed-bins
 	mkdir -p bench/results
 	$(GO) test ./extproc -run XXX -bench 'Classify|Decide|ServerDecide|ProcessRoundTrip' -benchmem | grep -E '^(Benchmark|goos|cpu)' > bench/results/extproc.txt
+	$(GO) test ./decision -run XXX -bench 'Classify|TableDecide' -benchmem | grep -E '^Benchmark' >> bench/results/extproc.txt
 	$(GO) test ./extproc -run XXX -bench ProcessLoad -benchtime 1x | grep -E '^Benchmark' >> bench/results/extproc.txt
 	$(GO) test ./xds -run XXX -bench 'Translate|Push' -benchmem | grep -E '^Benchmark' >> bench/results/extproc.txt
 	$(GO) test ./extproc -run XXX -bench 'DiscoveryDistinctAccept' -benchmem | grep -E '^Benchmark' >> bench/results/extproc.txt

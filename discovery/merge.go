@@ -23,8 +23,8 @@ func mergedDocument(docs []*Document) MergedDiscovery {
 	seen := map[string]bool{}
 	var distinct [][]apidiscoveryv2.APIGroupDiscovery
 	for _, d := range docs {
-		if d == nil || seen[d.Hash] {
-			continue
+		if d == nil || (d.Hash != "" && seen[d.Hash]) {
+			continue // a document without a hash is its own
 		}
 		seen[d.Hash] = true
 		distinct = append(distinct, d.Groups)
@@ -54,7 +54,11 @@ func mergeGroups(servers [][]apidiscoveryv2.APIGroupDiscovery) []apidiscoveryv2.
 		order := make([]string, 0, len(groups))
 		for _, g := range groups {
 			if prev, ok := byName[g.Name]; ok {
-				byName[g.Name] = mergeVersions(prev, g)
+				// Upstreams of neighbouring versions list most groups alike: merging a group with
+				// itself changes nothing (as a group only one upstream lists, it stays as listed).
+				if !reflect.DeepEqual(prev, g) {
+					byName[g.Name] = mergeVersions(prev, g)
+				}
 			} else {
 				byName[g.Name] = g
 			}

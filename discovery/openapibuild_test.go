@@ -265,7 +265,9 @@ func capsOf(facts []UpstreamFacts) map[ResourceKey]*capability {
 	for i, f := range facts {
 		for _, d := range []*Document{f.API, f.APIs} {
 			if d != nil {
-				addCapabilities(caps, d.Groups, i, len(facts))
+				one := newBitset(len(facts))
+				one.set(i)
+				addCapabilities(caps, d.Groups, one)
 			}
 		}
 	}

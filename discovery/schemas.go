@@ -22,7 +22,7 @@ import (
 // DecideSchemas returns where the front sends schema requests: ActionDefault when every upstream is
 // in the chosen group (or none of that group is ready: a schema from any apiserver is better than
 // none), else ActionRoute to that group.
-func (t *Topology) DecideSchemas() Decision { return t.schemas }
+func (t *Topology) DecideSchemas() Decision { return t.Table().Schemas() }
 
 // schemaSet returns the chosen group among the proven upstreams (keys is the number of resource keys
 // of the merged discovery), and whether it is every one of them.

@@ -1,103 +1,37 @@
 package discovery
 
 import (
-	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
+
+	"github.com/skewgate/skewgate/decision"
 )
 
-// ResourceKey names what a request addresses: group/version/resource, plus the subresource where
-// there is one. The core group is "".
-type ResourceKey struct {
-	Group, Version, Resource, Subresource string
-}
+// The vocabulary of decisions is the decision package's (the table both ext_proc and Envoy's route
+// table read); discovery decides, decision.Compile makes the table.
+type (
+	// ResourceKey names what a request addresses (decision.ResourceKey).
+	ResourceKey = decision.ResourceKey
+	// Action is what the front does with a request (decision.Action).
+	Action = decision.Action
+	// Decision is the routing answer for one resource (and verb) (decision.Decision).
+	Decision = decision.Decision
+	// SetID names a set of upstreams by its members (decision.SetID).
+	SetID = decision.SetID
+)
 
-// String names the resource for people, as error messages do: "resource[/subresource].group (version)",
-// "resource (version)" for the core group.
-func (k ResourceKey) String() string {
-	s := k.Resource
-	if k.Subresource != "" {
-		s += "/" + k.Subresource
-	}
-	if k.Group == "" {
-		return s + " (" + k.Version + ")"
-	}
-	return s + "." + k.Group + " (" + k.Version + ")"
-}
-
-// Action is what the front does with a request for a resource.
-type Action uint8
-
+// The actions (decision.Action).
 const (
-	// ActionDefault: no routing header; the default route balances over every upstream. Used when
-	// every upstream serves the resource, and when none does (an apiserver answers its genuine 404).
-	ActionDefault Action = iota
-	// ActionRoute: send the request to the upstreams of Decision.Set, exactly the capable ones.
-	ActionRoute
-	// ActionUnavailable: capable upstreams exist but none is ready: answer 503, never 404.
-	ActionUnavailable
-	// ActionServe: the front serves a document it merged (OpenAPI only, see DecideOpenAPI).
-	ActionServe
+	ActionDefault     = decision.ActionDefault
+	ActionRoute       = decision.ActionRoute
+	ActionUnavailable = decision.ActionUnavailable
+	ActionServe       = decision.ActionServe
 )
-
-// MarshalText writes the action's name.
-func (a Action) MarshalText() ([]byte, error) { return []byte(a.String()), nil }
-
-// UnmarshalText reads an action's name.
-func (a *Action) UnmarshalText(b []byte) error {
-	for _, c := range []Action{ActionDefault, ActionRoute, ActionUnavailable, ActionServe} {
-		if c.String() == string(b) {
-			*a = c
-			return nil
-		}
-	}
-	return fmt.Errorf("unknown action %q", b)
-}
-
-func (a Action) String() string {
-	switch a {
-	case ActionRoute:
-		return "route"
-	case ActionUnavailable:
-		return "unavailable"
-	case ActionServe:
-		return "serve"
-	default:
-		return "default"
-	}
-}
-
-// Decision is the routing answer for one resource (and verb).
-type Decision struct {
-	Action Action
-	Set    SetID // set for ActionRoute
-}
-
-// SetID names a set of upstreams by its members: their names, sorted and joined by ",". A set of one
-// is named by its member. Upstream names are hostnames, so they hold no ",".
-type SetID string
 
 // NewSetID names the set of members (in any order).
-func NewSetID(members []string) SetID {
-	return SetID(strings.Join(slices.Sorted(slices.Values(members)), ","))
-}
-
-// Members returns the set's upstream names, sorted.
-func (s SetID) Members() []string {
-	if s == "" {
-		return nil
-	}
-	return strings.Split(string(s), ",")
-}
-
-// route is the decision for a resource key, with overrides for verbs whose capable set differs.
-type route struct {
-	Decision
-	byVerb map[string]Decision // nil for almost every key
-}
+func NewSetID(members []string) SetID { return decision.NewSetID(members) }
 
 // Source says where an upstream came from.
 type Source string
@@ -178,25 +112,26 @@ type Topology struct {
 	// API is the merged /api (core group) document, APIs the merged /apis document.
 	API, APIs MergedDiscovery
 
-	routes  map[ResourceKey]route
-	schemas Decision // DecideSchemas
+	// table is every decision of this Topology, compiled once by Build (Table).
+	table   *decision.Table
 	openapi openAPIView
+}
+
+// Table returns the decision table, compiled once when the Topology was built: ext_proc answers
+// requests from it and xds emits Envoy's route table from its rows.
+// A Topology not made by Build (a literal in a test) has the empty table: every request default.
+func (t *Topology) Table() *decision.Table {
+	if t.table == nil {
+		return decision.Empty
+	}
+	return t.table
 }
 
 // Decide returns what to do with a request for key and verb (get, list, watch, create, update,
 // patch, delete, deletecollection, ...). Unknown keys get ActionDefault: nobody serves them, so any
 // apiserver's 404 is the truth.
 func (t *Topology) Decide(key ResourceKey, verb string) Decision {
-	r, ok := t.routes[key]
-	if !ok {
-		return Decision{}
-	}
-	if r.byVerb != nil {
-		if d, ok := r.byVerb[verb]; ok {
-			return d
-		}
-	}
-	return r.Decision
+	return t.Table().Resource(key, verb)
 }
 
 // Upstream returns the upstream with the given name, proven or not.
@@ -231,27 +166,15 @@ type SkewedResource struct {
 	Set      SetID       `json:"set,omitempty"`
 }
 
-// Skewed lists the resources (and verbs) that do not take the default route, sorted.
+// Skewed lists the resources (and verbs) that do not take the default route, in the table's order
+// (by key, then verb).
 func (t *Topology) Skewed() []SkewedResource {
 	var out []SkewedResource
-	for k, r := range t.routes {
-		if r.Action != ActionDefault {
-			out = append(out, SkewedResource{Key: k, Decision: r.Action.String(), Set: r.Set})
+	for _, r := range t.Table().Rows() {
+		if r.Path != decision.PathResource || (r.Verb == "" && r.Action == ActionDefault) {
+			continue
 		}
-		for v, d := range r.byVerb {
-			out = append(out, SkewedResource{Key: k, Verb: v, Decision: d.Action.String(), Set: d.Set})
-		}
+		out = append(out, SkewedResource{Key: r.Key, Verb: r.Verb, Decision: r.Action.String(), Set: r.Set})
 	}
-	slices.SortFunc(out, func(a, b SkewedResource) int {
-		for _, c := range [][2]string{{a.Key.Group, b.Key.Group}, {a.Key.Version, b.Key.Version}, {a.Key.Resource, b.Key.Resource}, {a.Key.Subresource, b.Key.Subresource}, {a.Verb, b.Verb}} {
-			if c[0] != c[1] {
-				if c[0] < c[1] {
-					return -1
-				}
-				return 1
-			}
-		}
-		return 0
-	})
 	return out
 }

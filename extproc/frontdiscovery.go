@@ -199,17 +199,25 @@ func (f *frontDiscovery) plan(method, path string) *discoveryPlan {
 
 // answer is the front's answer to the planned path for this Accept and If-None-Match, or nil to
 // let the apiserver's pass: a request for the apiserver's own view (profile=nopeer). Each
-// representation is built once per Topology (one build at a time: requests asking for it meanwhile
-// wait for that build) and kept within maxCacheBytes.
+// representation is built once per Topology (cached) and kept within maxCacheBytes.
 func (d *discoveryPlan) answer(accept, ifNoneMatch string) *extprocv3.ProcessingResponse {
-	f := d.f
 	mt, _ := negotiation.NegotiateMediaTypeOptions(accept, discoveryCodecs.SupportedMediaTypes(), aggregated.DiscoveryEndpointRestrictions)
 	isAggregated := aggregated.IsAggregatedDiscoveryGVK(mt.Convert)
 	if isAggregated && mt.Profile == "nopeer" {
 		return nil
 	}
-	var write func(w http.ResponseWriter, r *http.Request)
-	var restrictions negotiation.EndpointRestrictions = negotiation.DefaultEndpointRestrictions
+	write, restrictions := d.writer(isAggregated)
+	c := d.f.cached(negotiatedKey(d.path, accept, restrictions), write)
+	if c.notModified != nil && ifNoneMatch == c.etag {
+		return c.notModified
+	}
+	return c.full
+}
+
+// writer is the apiserver handler that serves the planned path in the representation asked for
+// (aggregated or legacy), with the restrictions it negotiates under.
+func (d *discoveryPlan) writer(isAggregated bool) (func(http.ResponseWriter, *http.Request), negotiation.EndpointRestrictions) {
+	f := d.f
 	legacy := func(obj runtime.Object) func(http.ResponseWriter, *http.Request) {
 		return func(w http.ResponseWriter, r *http.Request) {
 			responsewriters.WriteObjectNegotiated(discoveryCodecs, negotiation.DefaultEndpointRestrictions, schema.GroupVersion{}, w, r, http.StatusOK, obj, false)
@@ -221,8 +229,7 @@ func (d *discoveryPlan) answer(accept, ifNoneMatch string) *extprocv3.Processing
 		if d.top == "api" {
 			doc = f.api
 		}
-		restrictions = aggregated.DiscoveryEndpointRestrictions
-		write = func(w http.ResponseWriter, r *http.Request) {
+		return func(w http.ResponseWriter, r *http.Request) {
 			out, _, err := negotiation.NegotiateOutputMediaType(r, discoveryCodecs, aggregated.DiscoveryEndpointRestrictions)
 			if err != nil || out.Convert == nil {
 				w.WriteHeader(http.StatusNotAcceptable)
@@ -230,7 +237,7 @@ func (d *discoveryPlan) answer(accept, ifNoneMatch string) *extprocv3.Processing
 			}
 			list := doc.List
 			aggregated.ServeHTTPWithETag(&list, doc.ETag, out.Convert.GroupVersion(), discoveryCodecs, w, r)
-		}
+		}, aggregated.DiscoveryEndpointRestrictions
 	case d.top == "api":
 		versions := &metav1.APIVersions{TypeMeta: metav1.TypeMeta{Kind: "APIVersions"}}
 		for _, g := range f.api.List.Items {
@@ -238,47 +245,53 @@ func (d *discoveryPlan) answer(accept, ifNoneMatch string) *extprocv3.Processing
 				versions.Versions = append(versions.Versions, v.Version)
 			}
 		}
-		write = legacy(versions)
+		return legacy(versions), negotiation.DefaultEndpointRestrictions
 	case d.top == "apis":
-		write = legacy(f.legacy)
-	default:
-		write = legacy(d.obj)
+		return legacy(f.legacy), negotiation.DefaultEndpointRestrictions
 	}
+	return legacy(d.obj), negotiation.DefaultEndpointRestrictions
+}
 
-	key := negotiatedKey(d.path, accept, restrictions)
+// cached returns the answers for key, building them with write if they are not cached: one build
+// at a time per representation (requests asking for it meanwhile wait for that build).
+func (f *frontDiscovery) cached(key cacheKey, write func(http.ResponseWriter, *http.Request)) *cachedResponse {
 	f.mu.Lock()
 	c, ok := f.cache[key]
 	f.mu.Unlock()
-	if !ok {
-		v, _, _ := f.builds.Do(key.String(), func() (any, error) {
-			f.mu.Lock()
-			c, ok := f.cache[key]
-			f.mu.Unlock()
-			if ok {
-				return c, nil // built by the flight that just ended
-			}
-			r, _ := http.NewRequest(http.MethodGet, d.path, nil)
-			r.Header.Set("Accept", key.accept())
-			w := &responseBuffer{header: http.Header{}}
-			write(w, r)
-			c = &cachedResponse{full: respond(w.code(), w.header, w.body), size: len(w.body) + len(d.path) + 256}
-			if etag := w.header.Get("ETag"); etag != "" && w.code() == http.StatusOK {
-				c.etag, c.notModified = etag, respond(http.StatusNotModified, w.header, nil)
-			}
-			f.mu.Lock()
-			if _, raced := f.cache[key]; !raced && f.cacheBytes+c.size <= f.maxBytes {
-				f.cache[key] = c
-				f.cacheBytes += c.size
-			}
-			f.mu.Unlock()
-			return c, nil
-		})
-		c = v.(*cachedResponse)
+	if ok {
+		return c
 	}
-	if c.notModified != nil && ifNoneMatch == c.etag {
-		return c.notModified
+	v, _, _ := f.builds.Do(key.String(), func() (any, error) {
+		f.mu.Lock()
+		c, ok := f.cache[key]
+		f.mu.Unlock()
+		if ok {
+			return c, nil // built by the flight that just ended
+		}
+		c = buildAnswer(key, write)
+		f.mu.Lock()
+		if _, raced := f.cache[key]; !raced && f.cacheBytes+c.size <= f.maxBytes {
+			f.cache[key] = c
+			f.cacheBytes += c.size
+		}
+		f.mu.Unlock()
+		return c, nil
+	})
+	return v.(*cachedResponse)
+}
+
+// buildAnswer runs write for the canonical request of key and keeps its answer, and the 304 of a 200
+// with an ETag.
+func buildAnswer(key cacheKey, write func(http.ResponseWriter, *http.Request)) *cachedResponse {
+	r, _ := http.NewRequest(http.MethodGet, key.path, nil)
+	r.Header.Set("Accept", key.accept())
+	w := &responseBuffer{header: http.Header{}}
+	write(w, r)
+	c := &cachedResponse{full: respond(w.code(), w.header, w.body), size: len(w.body) + len(key.path) + 256}
+	if etag := w.header.Get("ETag"); etag != "" && w.code() == http.StatusOK {
+		c.etag, c.notModified = etag, respond(http.StatusNotModified, w.header, nil)
 	}
-	return c.full
+	return c
 }
 
 func withKind(l *metav1.APIResourceList) *metav1.APIResourceList {

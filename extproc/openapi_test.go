@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"k8s.io/kube-openapi/pkg/handler3"
 
+	"github.com/skewgate/skewgate/decision"
 	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/internal/wire"
 	"github.com/skewgate/skewgate/openapi"
@@ -42,9 +43,9 @@ func TestOpenAPIPath(t *testing.T) {
 		"/openapi/v3/.well-known/openid-config":  {key: ".well-known/openid-config", ours: true},
 		"/openapi/v3/apis/g/v?hash=x&hash=y#???": {key: "apis/g/v", query: "hash=x&hash=y#???", ours: true},
 	} {
-		key, query, index, ok := openAPIPath(p)
+		key, query, index, ok := decision.OpenAPIPath(p)
 		if got := (split{key, query, index, ok}); got != want {
-			t.Errorf("openAPIPath(%q) = %+v, want %+v", p, got, want)
+			t.Errorf("OpenAPIPath(%q) = %+v, want %+v", p, got, want)
 		}
 		if ok {
 			// The key is the one a real handler3 serves at that path.
@@ -110,7 +111,7 @@ func TestOpenAPIDecisionsRoute(t *testing.T) {
 		{"GET", "/openapi/v3/" + keyApps, []string{"upgrade", "websocket"}, nil, want{cluster: wire.HTTP1Cluster(newer)}},
 		{"GET", "/openapi/v3/" + keyAdmission + "?hash=R36", nil, nil, want{cluster: wire.UpstreamCluster("new")}},
 		{"GET", "/openapi/v3/" + keyWidgets + "?hash=W", nil, nil, want{code: 503, reason: "ServiceUnavailable"}},
-		// default and unknown keys, escapes, the other schema paths: as before (schemas.go)
+		// default and unknown keys, escapes, the other schema paths: the schemas row
 		{"GET", "/openapi/v3/api/v1", nil, nil, schemas},
 		{"GET", "/openapi/v3/apis/nothing.example/v1", nil, nil, schemas},
 		{"GET", "/openapi/v3/%61pis/apps/v1", nil, nil, schemas},
@@ -385,10 +386,10 @@ func FuzzOpenAPIPath(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, p string) {
-		if _, err := Classify("GET", p); err != nil {
+		if _, err := decision.Classify("GET", p); err != nil {
 			return // refused (400) before any decision
 		}
-		key, query, index, ok := openAPIPath(p)
+		key, query, index, ok := decision.OpenAPIPath(p)
 		if !ok {
 			return
 		}

@@ -23,6 +23,7 @@ import (
 	"k8s.io/kube-openapi/pkg/handler3"
 	"k8s.io/kube-openapi/pkg/spec3"
 
+	"github.com/skewgate/skewgate/decision"
 	"github.com/skewgate/skewgate/discovery"
 
 	"github.com/skewgate/skewgate/openapi"
@@ -368,7 +369,7 @@ func TestOpenAPIAnswersLikeTheTestbed(t *testing.T) {
 		lines := strings.Split(strings.TrimSpace(strings.ReplaceAll(sec, "\r", "")), "\n") // curl -i keeps the CRs
 		req := strings.Fields(lines[0])                                                    // GET <path> [header: value | (comment)]
 		p := req[1]
-		k, query, index, ok := openAPIPath(p)
+		k, query, index, ok := decision.OpenAPIPath(p)
 		if !ok || index || k != key {
 			continue // the index and other paths: not answered like this apiserver (see openapi.go)
 		}

@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
 
+	"github.com/skewgate/skewgate/decision"
 	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/internal/wire"
 	"github.com/skewgate/skewgate/openapi"
@@ -48,8 +49,7 @@ type Server struct {
 	frontOpenAPI   perTopology[*frontOpenAPI]
 	openAPIConfig  openapi.FrontConfig // openapiserve.go
 	ctx            context.Context     // WithContext
-	clusterNames   perTopology[*clusterNames]
-	slots          *slots // the front's answers in flight (frontlimit.go)
+	slots          *slots              // the front's answers in flight (frontlimit.go)
 	clock          clock.PassiveClock
 }
 
@@ -242,7 +242,7 @@ func (s *Server) decide(r *headersRead) (string, *extprocv3.ProcessingResponse, 
 	if !r.hasPath {
 		return OutcomeInvalid, immediate(http.StatusBadRequest, "BadRequest", "request has no :path"), nil
 	}
-	c, err := Classify(r.method, r.path)
+	c, err := decision.Classify(r.method, r.path)
 	if err != nil {
 		return OutcomeInvalid, immediate(http.StatusBadRequest, "BadRequest", err.Error()), nil
 	}
@@ -251,78 +251,68 @@ func (s *Server) decide(r *headersRead) (string, *extprocv3.ProcessingResponse, 
 	if r.hasRefused {
 		return OutcomeIdentityRefused, s.refuseIdentity(r.refused), nil
 	}
-	// A request without credentials carries no identity at all: it reaches the apiservers over the
-	// anonymous twin clusters, which present no client certificate, so each apiserver applies its own
-	// anonymous policy exactly as it would to the request sent directly. Envoy says so through the
-	// route it chose before any filter ran (no Authorization, no verified client certificate): no
-	// header a client or a filter sets decides it.
-	anonymous := r.anonymous
-	all := r.target(wire.AllCluster, anonymous)
 	t := s.src.Current()
-	switch c.Kind {
-	case Discovery:
-		if t == nil {
-			return OutcomeUnsynced, s.continueWith(""), nil
-		}
-		if plan := s.discoveryFor(t).plan(r.method, r.path); plan != nil {
-			// The apiserver decides whether this request may see discovery at all; the front only
-			// replaces a document it was allowed to see, built then (responseHeaders).
-			resp := s.continueWith(all)
-			resp.ModeOverride = discoveryMode
-			accept, ifNoneMatch := r.answer.accept, r.answer.ifNoneMatch
-			return OutcomeDiscovery, resp, &pending{answer: func() *extprocv3.ProcessingResponse {
-				return plan.answer(headerValue(accept), headerValue(ifNoneMatch))
-			}}
-		}
-		return OutcomePassthrough, s.continueWith(all), nil
-	case NonResource:
-		if t == nil {
-			return OutcomeUnsynced, s.continueWith(""), nil
-		}
-		if o, resp, p, ok := s.decideOpenAPI(r, t, c, anonymous); ok {
-			return o, resp, p
-		}
-		if isSchemaPath(r.path) {
-			if d := t.DecideSchemas(); d.Action == discovery.ActionRoute {
-				return s.routeTo(r, t, c, d, anonymous)
-			}
-		}
-		return OutcomePassthrough, s.continueWith(all), nil
-	}
 	if t == nil {
 		// No Topology in Envoy's snapshot from this process yet (a restart): Envoy's route table,
 		// kept from before, holds the last decisions for every skewed resource, and naming
 		// skewgate-all here would override them with a balance over every apiserver.
 		return OutcomeUnsynced, s.continueWith(""), nil
 	}
-	d := t.Decide(c.Key, c.Verb)
-	switch d.Action {
-	case discovery.ActionRoute:
-		return s.routeTo(r, t, c, d, anonymous)
-	case discovery.ActionUnavailable:
+	// A request without credentials carries no identity at all: it reaches the apiservers over the
+	// anonymous twin clusters, which present no client certificate, so each apiserver applies its own
+	// anonymous policy exactly as it would to the request sent directly. Envoy says so through the
+	// route it chose before any filter ran (no Authorization, no verified client certificate): no
+	// header a client or a filter sets decides it.
+	req := decision.Request{Method: r.method, Path: r.path, Anonymous: r.anonymous, Upgrade: r.upgrade, Class: c}
+	a := t.Table().Decide(req)
+	switch a.Path {
+	case decision.PathDiscovery:
+		return s.serveDiscovery(r, t, a)
+	case decision.PathOpenAPIIndex:
+		return s.serveOpenAPIIndex(r, t, a)
+	case decision.PathOpenAPIDocument:
+		if a.Action == decision.ActionServe {
+			return s.serveOpenAPIDocument(r, t, req, a)
+		}
+	}
+	switch a.Action {
+	case decision.ActionRoute:
+		return s.routeTo(a)
+	case decision.ActionUnavailable:
+		what := c.Key.String()
+		if a.Path == decision.PathOpenAPIDocument {
+			what = "the OpenAPI document " + a.Doc
+		}
 		return OutcomeUnavailable, immediate(http.StatusServiceUnavailable, string(metav1.StatusReasonServiceUnavailable),
-			fmt.Sprintf("no apiserver that serves %s is available, retry later", c.Key.String())), nil
+			fmt.Sprintf("no apiserver that serves %s is available, retry later", what)), nil
 	}
-	return OutcomeDefault, s.continueWith(all), nil
+	if c.Kind != decision.Resource {
+		return OutcomePassthrough, s.continueWith(a.Cluster), nil
+	}
+	return OutcomeDefault, s.continueWith(a.Cluster), nil
 }
 
-// routeTo sends the request to the cluster of d's set (in every Envoy: t is the acknowledged
+// serveDiscovery lets a discovery request go on to any apiserver, and answers it from the merged
+// documents once that apiserver authorized it (responseHeaders), if the front holds the path.
+func (s *Server) serveDiscovery(r *headersRead, t *discovery.Topology, a decision.Answer) (string, *extprocv3.ProcessingResponse, *pending) {
+	plan := s.discoveryFor(t).plan(r.method, r.path)
+	if plan == nil {
+		return OutcomePassthrough, s.continueWith(a.Cluster), nil
+	}
+	// The apiserver decides whether this request may see discovery at all; the front only
+	// replaces a document it was allowed to see, built then (responseHeaders).
+	resp := s.continueWith(a.Cluster)
+	resp.ModeOverride = discoveryMode
+	accept, ifNoneMatch := r.answer.accept, r.answer.ifNoneMatch
+	return OutcomeDiscovery, resp, &pending{answer: func() *extprocv3.ProcessingResponse {
+		return plan.answer(headerValue(accept), headerValue(ifNoneMatch))
+	}}
+}
+
+// routeTo sends the request to the cluster the table named (in every Envoy: t is the acknowledged
 // Topology, see TopologySource).
-func (s *Server) routeTo(r *headersRead, t *discovery.Topology, c Request, d discovery.Decision, anonymous bool) (string, *extprocv3.ProcessingResponse, *pending) {
-	return OutcomeRouted, s.continueWith(r.target(s.clustersFor(t).of(d.Set), anonymous)), nil
-}
-
-// target is the twin of cluster that carries this request: the HTTP/1.1 twin for an upgrade (exec,
-// attach, port-forward cannot ride HTTP/2; without credentials it has no identity and the apiserver
-// refuses it), the anonymous twin for a request without credentials, else cluster itself.
-func (r *headersRead) target(cluster string, anonymous bool) string {
-	switch {
-	case r.upgrade:
-		return wire.HTTP1Cluster(cluster)
-	case anonymous:
-		return wire.AnonCluster(cluster)
-	}
-	return cluster
+func (s *Server) routeTo(a decision.Answer) (string, *extprocv3.ProcessingResponse, *pending) {
+	return OutcomeRouted, s.continueWith(a.Cluster), nil
 }
 
 // continueWith lets the request go on, with the routing header naming cluster. Every decision names

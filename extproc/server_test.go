@@ -22,6 +22,7 @@ import (
 	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/skewgate/skewgate/decision"
 	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/internal/wire"
 )
@@ -464,9 +465,10 @@ func BenchmarkDecide(b *testing.B) {
 	src.t.Store(skewedTopology())
 	b.ReportAllocs()
 	for b.Loop() {
-		r, _ := Classify("GET", "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies?watch=true")
-		if d := src.Current().Decide(r.Key, r.Verb); d.Action != discovery.ActionRoute {
-			b.Fatal(d)
+		const path = "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies?watch=true"
+		c, _ := decision.Classify("GET", path)
+		if a := src.Current().Table().Decide(decision.Request{Method: "GET", Path: path, Class: c}); a.Action != discovery.ActionRoute {
+			b.Fatal(a)
 		}
 	}
 }
@@ -490,8 +492,8 @@ func TestIsSchemaPath(t *testing.T) {
 		// either, and the default route gives it to any apiserver, which serves it as it would.
 		"/openapi#f": true, "/%6Fpenapi/v2": false, "/openapi%2Fv2": false,
 	} {
-		if got := isSchemaPath(path); got != want {
-			t.Errorf("isSchemaPath(%q) = %v, want %v", path, got, want)
+		if got := decision.IsSchemaPath(path); got != want {
+			t.Errorf("decision.IsSchemaPath(%q) = %v, want %v", path, got, want)
 		}
 	}
 }

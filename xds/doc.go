@@ -3,8 +3,9 @@
 //
 // Translate is a pure function from a Topology to Envoy resources: one HTTPS listener whose filter
 // chain strips client-supplied routing and identity headers, asks the ext_proc service where a request
-// goes and routes by its answer; a route table that takes the cluster from wire.RouteHeader or falls
-// back to every upstream; and clusters per upstream, per capability set and for all upstreams, each
+// goes and routes by its answer; a route table that takes the cluster from wire.RouteHeader, else
+// emits the rows of the Topology's decision table (decision.Table: skewed resource shapes, OpenAPI
+// documents, discovery, schemas), else falls back to every upstream; and clusters per upstream, per capability set and for all upstreams, each
 // with verified upstream TLS, the front-proxy client certificate, health checks and an HTTP/1.1 twin
 // for upgrades. Every typed config is validated before it is packed into an Any.
 //

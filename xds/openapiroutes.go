@@ -1,17 +1,17 @@
 package xds
 
 import (
+	"fmt"
 	"strings"
 
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 
-	"github.com/skewgate/skewgate/discovery"
-	"github.com/skewgate/skewgate/internal/wire"
+	"github.com/skewgate/skewgate/decision"
 	"github.com/skewgate/skewgate/openapi"
 )
 
-// OpenAPI v3 routes: Envoy's route table carries the Topology's per-key OpenAPI decisions
-// (Topology.OpenAPIDecisions), so that while ext_proc is down, hung or restarting a client that read
+// OpenAPI v3 routes: Envoy's route table carries the decision table's OpenAPI document rows
+// (decision.PathOpenAPIDocument), so that while ext_proc is down, hung or restarting a client that read
 // an index still gets each document from apiservers that publish it under one hash, and one that
 // followed a 301 reaches that group again:
 //
@@ -37,36 +37,29 @@ import (
 // before the /openapi prefix schema routes, which they refine.
 //
 // Bounded: an index has at most openapi.MaxKeys keys (openapi.ParseIndex); maxOpenAPIRouteKeys caps
-// the keys here whatever the inputs, so the table gains at most 2 × maxOpenAPIRouteKeys routes.
+// the keys here whatever the inputs, so the table gains at most 2 × maxOpenAPIRouteKeys routes. A
+// key past the cap, or one whose path an exact match cannot meet, is an unexpressed key: ext_proc
+// alone decides it, and failing open it takes the schema routes.
 const maxOpenAPIRouteKeys = openapi.MaxKeys
 
-// openAPIRoutes returns the exact-path routes of the OpenAPI v3 decisions (without anonymous twins).
-func (tb *translator) openAPIRoutes(retry *routev3.RetryPolicy) []*routev3.Route {
-	if tb.top == nil {
-		return nil
+// openAPIRoute is the exact-path route of one OpenAPI v3 document row (without its anonymous twin),
+// nil for a row that needs none; an error says why a row that needs one cannot have it.
+func openAPIRoute(tab *decision.Table, row decision.Row, retry *routev3.RetryPolicy) (*routev3.Route, error) {
+	if row.Action != decision.ActionRoute && row.Action != decision.ActionServe {
+		return nil, nil
+	}
+	if !routableOpenAPIKey(row.Doc) {
+		return nil, fmt.Errorf("key %q is not a path Envoy's normalization leaves as it is", row.Doc)
 	}
 	notUpgrade := &routev3.HeaderMatcher{Name: "upgrade", HeaderMatchSpecifier: &routev3.HeaderMatcher_PresentMatch{PresentMatch: false}}
-	var out []*routev3.Route
-	for _, kd := range tb.top.OpenAPIDecisions() {
-		if len(out) == maxOpenAPIRouteKeys {
-			break // ext_proc still decides the rest; failing open they take the schema routes
-		}
-		if kd.Action != discovery.ActionRoute && kd.Action != discovery.ActionServe {
-			continue
-		}
-		if !routableOpenAPIKey(kd.Key) {
-			continue
-		}
-		out = append(out, &routev3.Route{
-			Name: "openapi:" + kd.Key,
-			Match: &routev3.RouteMatch{
-				PathSpecifier: &routev3.RouteMatch_Path{Path: openapi.Prefix + "/" + kd.Key},
-				Headers:       []*routev3.HeaderMatcher{notUpgrade},
-			},
-			Action: &routev3.Route_Route{Route: skewAction(wire.SetCluster(kd.Set.Members()), retry)},
-		})
-	}
-	return out
+	return &routev3.Route{
+		Name: "openapi:" + row.Doc,
+		Match: &routev3.RouteMatch{
+			PathSpecifier: &routev3.RouteMatch_Path{Path: decision.OpenAPIV3Path + "/" + row.Doc},
+			Headers:       []*routev3.HeaderMatcher{notUpgrade},
+		},
+		Action: &routev3.Route_Route{Route: skewAction(tab.Cluster(row.Set), retry)},
+	}, nil
 }
 
 // routableOpenAPIKey says whether the path of key is one Envoy's path normalization leaves as it is

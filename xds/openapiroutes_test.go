@@ -134,9 +134,29 @@ func TestOpenAPIRoutesBounded(t *testing.T) {
 	if n := len(tb.top.OpenAPIDecisions()); n != maxOpenAPIRouteKeys+101 {
 		t.Fatalf("%d decisions", n)
 	}
-	rs := tb.openAPIRoutes(nil)
+	all, unexpressed, err := tb.emitRows(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rs []*routev3.Route
+	for _, r := range all {
+		if strings.HasPrefix(r.Name, "openapi:") {
+			rs = append(rs, r)
+		}
+	}
 	if len(rs) != maxOpenAPIRouteKeys {
 		t.Errorf("%d routes, want the cap %d", len(rs), maxOpenAPIRouteKeys)
+	}
+	// Nothing is dropped silently: the 100 keys past the cap and the one an exact match cannot meet
+	// are listed, with why.
+	var listed []string
+	for _, u := range unexpressed {
+		if u.OpenAPI != "" {
+			listed = append(listed, u.OpenAPI)
+		}
+	}
+	if len(listed) != 101 || listed[0] != fmt.Sprintf("apis/g%05d.example/v1", maxOpenAPIRouteKeys) || listed[100] != "apis/x/v1/" {
+		t.Errorf("%d unexpressed OpenAPI keys (%v ... %v), want the 100 past the cap and apis/x/v1/", len(listed), listed[:min(1, len(listed))], listed[max(0, len(listed)-1):])
 	}
 	for _, r := range rs {
 		if strings.HasSuffix(r.Match.GetPath(), "/") {

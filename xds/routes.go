@@ -14,7 +14,8 @@ import (
 	"github.com/skewgate/skewgate/internal/wire"
 )
 
-// routeConfig is the route table. Envoy takes the first route that matches:
+// routeConfig is the route table: the base routes around the decision table's rows (skewtable.go).
+// Envoy takes the first route that matches:
 //
 //  1. ext_proc named a cluster (wire.RouteHeader, its value a full match of
 //     wire.RoutedClusterPattern): go there. An unknown name answers 503 (cluster_not_found_response_code;
@@ -22,8 +23,9 @@ import (
 //     v1.36.0 and 2026 main, test/dataplane/CONFORMANCE.md row 4), never a
 //     wrong 404 from an apiserver that lacks the resource. The gRPC clusters never match the pattern,
 //     so no header value reaches skewgate itself.
-//  2. an upgrade (exec, attach, port-forward) without a routing header: every upstream, HTTP/1.1.
-//  3. everything else: every upstream (the anonymous twin for requests without credentials).
+//  2. the decision table's rows, in order (resource shapes, OpenAPI documents, discovery, schemas).
+//  3. an upgrade (exec, attach, port-forward) without a routing header: every upstream, HTTP/1.1.
+//  4. everything else: every upstream (the anonymous twin for requests without credentials).
 //
 // Requests are retried (on another apiserver where there is one) only where they provably never
 // reached an apiserver: a connection that failed, or an HTTP/2 stream the apiserver refused
@@ -42,11 +44,31 @@ import (
 // (conn_manager_utility.cc, mutateRequestHeaders, cleanInternalHeaders, at v1.35.0, v1.36.0 and
 // 2026 main: test/dataplane/CONFORMANCE.md row 21), and listener.go makes no
 // peer internal.
-func (tb *translator) routeConfig() (*routev3.RouteConfiguration, error) {
+func (tb *translator) routeConfig() (*routev3.RouteConfiguration, []UnexpressedKey, error) {
 	retry, err := retryPolicy()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	anon, err := anonymousOverride()
+	if err != nil {
+		return nil, nil, err
+	}
+	rows, unexpressed, err := tb.tableRoutes(retry, anon)
+	if err != nil {
+		return nil, nil, err
+	}
+	routes := insertSkewRoutes(withAnonymousBaseTwins(baseRoutes(retry), anon), rows)
+	return routeConfiguration(routes), unexpressed, nil
+}
+
+// baseRoute is a route of the base table, with the cluster of its anonymous twin where it differs.
+type baseRoute struct {
+	r         *routev3.Route
+	anonAlias string
+}
+
+// baseRoutes are the routes every table has: the routing header, upgrades, the default.
+func baseRoutes(retry *routev3.RetryPolicy) []baseRoute {
 	// A safe_regex string match is a full match (source/common/common/regex.h,
 	// CompiledGoogleReMatcher::match calls re2::RE2::FullMatch, in the main copies read). At every
 	// supported release RE2 runs in Latin-1 mode (CVE-2026-73552, changelogs/1.37.6.yaml ..
@@ -54,54 +76,53 @@ func (tb *translator) routeConfig() (*routev3.RouteConfiguration, error) {
 	routed := &routev3.HeaderMatcher{Name: wire.RouteHeader, HeaderMatchSpecifier: &routev3.HeaderMatcher_StringMatch{StringMatch: &matcherv3.StringMatcher{
 		MatchPattern: &matcherv3.StringMatcher_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: wire.RoutedClusterPattern}},
 	}}}
-	present := func(name string) *routev3.HeaderMatcher {
-		return &routev3.HeaderMatcher{Name: name, HeaderMatchSpecifier: &routev3.HeaderMatcher_PresentMatch{PresentMatch: true}}
+	upgrade := &routev3.HeaderMatcher{Name: "upgrade", HeaderMatchSpecifier: &routev3.HeaderMatcher_PresentMatch{PresentMatch: true}}
+	byHeader := &routev3.RouteAction{
+		ClusterSpecifier:            &routev3.RouteAction_ClusterHeader{ClusterHeader: wire.RouteHeader},
+		ClusterNotFoundResponseCode: routev3.RouteAction_SERVICE_UNAVAILABLE,
 	}
-	mk := func(name string, headers []*routev3.HeaderMatcher, action *routev3.RouteAction, retry *routev3.RetryPolicy) *routev3.Route {
-		// No route timeout: watches and exec streams live for as long as the apiserver keeps them.
-		action.Timeout = durationpb.New(0)
-		action.RetryPolicy = retry
-		return &routev3.Route{
-			Name:   name,
-			Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}, Headers: headers},
-			Action: &routev3.Route_Route{Route: action},
-		}
-	}
-	byHeader := func() *routev3.RouteAction {
-		return &routev3.RouteAction{
-			ClusterSpecifier:            &routev3.RouteAction_ClusterHeader{ClusterHeader: wire.RouteHeader},
-			ClusterNotFoundResponseCode: routev3.RouteAction_SERVICE_UNAVAILABLE,
-		}
-	}
-	to := func(c string) *routev3.RouteAction {
-		return &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: c}}
-	}
-	// anonAlias is the cluster of a route's anonymous twin, when it differs.
-	type route struct {
-		r         *routev3.Route
-		anonAlias string
-	}
-	base := []route{
-		{r: mk("routed", []*routev3.HeaderMatcher{routed}, byHeader(), retry)},
+	return []baseRoute{
+		{r: prefixRoute("routed", []*routev3.HeaderMatcher{routed}, byHeader, retry)},
 		// Upgrades have no anonymous twin cluster: without credentials they ride HTTP/1.1 with no
 		// identity header, and the apiserver refuses them.
-		{r: mk("upgrade", []*routev3.HeaderMatcher{present("upgrade")}, to(wire.HTTP1Cluster(wire.AllCluster)), nil)},
-		{r: mk("default", nil, to(wire.AllCluster), retry), anonAlias: wire.AnonCluster(wire.AllCluster)},
+		{r: prefixRoute("upgrade", []*routev3.HeaderMatcher{upgrade}, toCluster(wire.HTTP1Cluster(wire.AllCluster)), nil)},
+		{r: prefixRoute("default", nil, toCluster(wire.AllCluster), retry), anonAlias: wire.AnonCluster(wire.AllCluster)},
 	}
-	// Each route has an anonymous twin first: a request with no Authorization header and no verified
-	// client certificate (X-Forwarded-Client-Cert is set by the connection manager before routing and
-	// cannot be forged: SANITIZE_SET) tells ext_proc so through gRPC metadata. The route is chosen
-	// from the request as it arrived, before any filter runs.
-	anon, err := pack(&extprocv3.ExtProcPerRoute{Override: &extprocv3.ExtProcPerRoute_Overrides{Overrides: &extprocv3.ExtProcOverrides{
+}
+
+// prefixRoute is a route for every path with headers, with no route timeout: watches and exec
+// streams live for as long as the apiserver keeps them.
+func prefixRoute(name string, headers []*routev3.HeaderMatcher, action *routev3.RouteAction, retry *routev3.RetryPolicy) *routev3.Route {
+	action.Timeout = durationpb.New(0)
+	action.RetryPolicy = retry
+	return &routev3.Route{
+		Name:   name,
+		Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}, Headers: headers},
+		Action: &routev3.Route_Route{Route: action},
+	}
+}
+
+func toCluster(c string) *routev3.RouteAction {
+	return &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: c}}
+}
+
+// anonymousOverride is the per-route ext_proc config of every anonymous twin. Each route has an
+// anonymous twin first: a request with no Authorization header and no verified client certificate
+// (X-Forwarded-Client-Cert is set by the connection manager before routing and cannot be forged:
+// SANITIZE_SET) tells ext_proc so through gRPC metadata. The route is chosen from the request as it
+// arrived, before any filter runs.
+func anonymousOverride() (*anypb.Any, error) {
+	return pack(&extprocv3.ExtProcPerRoute{Override: &extprocv3.ExtProcPerRoute_Overrides{Overrides: &extprocv3.ExtProcOverrides{
 		GrpcInitialMetadata: []*corev3.HeaderValue{{Key: wire.CredentialsMetadata, Value: wire.CredentialsNone}},
 	}}})
-	if err != nil {
-		return nil, err
-	}
+}
+
+// withAnonymousBaseTwins puts before each base route its anonymous twin.
+func withAnonymousBaseTwins(base []baseRoute, anon *anypb.Any) []*routev3.Route {
 	absent := func(name string) *routev3.HeaderMatcher {
 		return &routev3.HeaderMatcher{Name: name, HeaderMatchSpecifier: &routev3.HeaderMatcher_PresentMatch{PresentMatch: false}}
 	}
-	var routes []*routev3.Route
+	routes := make([]*routev3.Route, 0, 2*len(base))
 	for _, b := range base {
 		a := proto.Clone(b.r).(*routev3.Route)
 		a.Name = "anonymous-" + b.r.Name
@@ -112,11 +133,11 @@ func (tb *translator) routeConfig() (*routev3.RouteConfiguration, error) {
 		}
 		routes = append(routes, a, b.r)
 	}
-	skew, err := tb.skewTable(retry, anon)
-	if err != nil {
-		return nil, err
-	}
-	routes = insertSkewRoutes(routes, skew)
+	return routes
+}
+
+// routeConfiguration is the route table of routes.
+func routeConfiguration(routes []*routev3.Route) *routev3.RouteConfiguration {
 	return &routev3.RouteConfiguration{
 		Name:         wire.RouteConfigName,
 		VirtualHosts: []*routev3.VirtualHost{{Name: "apiservers", Domains: []string{"*"}, Routes: routes}},
@@ -133,7 +154,7 @@ func (tb *translator) routeConfig() (*routev3.RouteConfiguration, error) {
 		// by ext_proc or the Lua filter after it; this covers a failing script).
 		RequestHeadersToRemove: []string{wire.ForwardedCertHeader, wire.IdentityRefusedHeader},
 		ValidateClusters:       wrapperspb.Bool(false), // clusters named by header are checked per request
-	}, nil
+	}
 }
 
 func retryPolicy() (*routev3.RetryPolicy, error) {

@@ -277,8 +277,8 @@ func (s *Server) publish(ctx context.Context, t *discovery.Topology) time.Time {
 		zap.Int("clusters", len(rs.Clusters)), zap.Int("retained", len(s.retained)))
 	s.m.unexpressed.Set(float64(len(rs.Unexpressed)))
 	for _, u := range rs.Unexpressed {
-		s.log.Warn("skewed resource without a route of its own in Envoy: ext_proc decides it; failing open it takes the default route",
-			zap.String("version", version), zap.String("key", u.Key.String()), zap.String("reason", u.Reason))
+		s.log.Warn("decision without a route of its own in Envoy: ext_proc decides it; failing open it takes the default (or schema) route",
+			zap.String("version", version), zap.String("key", u.String()), zap.String("reason", u.Reason))
 	}
 
 	s.mu.Lock()

@@ -88,7 +88,7 @@ func (tb *translator) groupRoutes(k discovery.ResourceKey, shape skewShape, pref
 	}
 	cluster := wire.AllCluster
 	if g.decision.Action == discovery.ActionRoute {
-		cluster = wire.SetCluster(g.decision.Set.Members())
+		cluster = tb.top.Table().Cluster(g.decision.Set) // named once per table
 	}
 	upgrade := &routev3.HeaderMatcher{Name: "upgrade", HeaderMatchSpecifier: &routev3.HeaderMatcher_PresentMatch{PresentMatch: true}}
 	rs := []*routev3.Route{{

@@ -10,13 +10,13 @@ import (
 	"github.com/skewgate/skewgate/discovery"
 )
 
-// Skew routes: Envoy's own route table carries every skewed decision of the Topology, so that a
+// Skew routes: Envoy's own route table carries every resource row of the decision table, so that a
 // request for a resource only some apiservers serve still reaches one of them while ext_proc is down,
 // hung or restarting (failure_mode_allow keeps the route Envoy chose before ext_proc ran). ext_proc's
 // answer still wins: its routing header is matched by the cluster_header routes, which come first.
 //
 // Each skewed key (group, version, resource, subresource) gets routes that match exactly the request
-// shapes extproc.Classify maps to that key (k8s.io/apiserver RequestInfo):
+// shapes decision.Classify maps to that key (k8s.io/apiserver RequestInfo):
 //
 //	/api/<v>/ or /apis/<g>/<v>/  [watch/]  [namespaces/<ns>/]  <resource>  [/<name> [/<subresource> [/...]]]
 //
@@ -88,31 +88,6 @@ var (
 		StringMatch: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: `(?s).*`}}},
 	}}
 )
-
-// skewRoutes returns the routes for every skewed key of the Topology (without anonymous twins) and
-// the keys it cannot express, which ext_proc alone decides.
-func (tb *translator) skewRoutes(retry *routev3.RetryPolicy) ([]*routev3.Route, []UnexpressedKey, error) {
-	if tb.top == nil {
-		return nil, nil, nil
-	}
-	var out []*routev3.Route
-	var skipped []UnexpressedKey
-	var last discovery.ResourceKey
-	for i, s := range tb.top.Skewed() {
-		if i > 0 && s.Key == last {
-			continue // Skewed lists a key once per verb that differs
-		}
-		last = s.Key
-		rs, err := tb.keyRoutes(s.Key, retry)
-		if err != nil {
-			// ext_proc still decides it; failing open it takes the default routes, as before.
-			skipped = append(skipped, UnexpressedKey{Key: s.Key, Reason: err.Error()})
-			continue
-		}
-		out = append(out, rs...)
-	}
-	return out, skipped, nil
-}
 
 // namedVerbs and collectionVerbs are the verbs the classifier gives each method for a path with and
 // without a name (verbForMethod, and the name-less GET and DELETE rules); "" for any other method.
@@ -201,12 +176,13 @@ func keyRegex(k discovery.ResourceKey, shape skewShape) string {
 	return p + ns + rest
 }
 
-// keyRoutes returns the routes of one key.
+// keyRoutes returns the routes of one key: the table's rows of the key, by shape and method.
 func (tb *translator) keyRoutes(k discovery.ResourceKey, retry *routev3.RetryPolicy) ([]*routev3.Route, error) {
 	if err := expressible(k); err != nil {
 		return nil, err
 	}
-	d := func(verb string) discovery.Decision { return tb.top.Decide(k, verb) }
+	table := tb.top.Table()
+	d := func(verb string) discovery.Decision { return table.Resource(k, verb) }
 	uniform := true
 	for _, v := range []string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"} {
 		uniform = uniform && d(v) == d("")

@@ -143,7 +143,7 @@ func TestSkewRoutesSkipWhatTheyCannotExpress(t *testing.T) {
 			t.Errorf("%+v: error %v, want %q", k, err, want)
 		}
 	}
-	routes, skipped, err := tb.skewRoutes(nil)
+	routes, skipped, err := tb.emitRows(nil)
 	if err != nil || len(skipped) != 0 || len(routes) == 0 {
 		t.Fatalf("routes %d, skipped %v, %v", len(routes), skipped, err)
 	}

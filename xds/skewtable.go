@@ -1,6 +1,7 @@
 package xds
 
 import (
+	"fmt"
 	"regexp/syntax"
 	"slices"
 
@@ -8,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/skewgate/skewgate/decision"
 	"github.com/skewgate/skewgate/internal/wire"
 )
 
@@ -128,14 +130,64 @@ func insertSkewRoutes(routes, skew []*routev3.Route) []*routev3.Route {
 	return slices.Insert(routes, i, skew...)
 }
 
-// skewTable is the skew routes with their anonymous twins, for routeConfig.
-func (tb *translator) skewTable(retry *routev3.RetryPolicy, anon *anypb.Any) ([]*routev3.Route, error) {
-	routes, skipped, err := tb.skewRoutes(retry)
+// tableRoutes emits the decision table's rows as routes, in the table's order, each with its
+// anonymous twin, for routeConfig; and the rows it cannot express, which ext_proc alone decides.
+func (tb *translator) tableRoutes(retry *routev3.RetryPolicy, anon *anypb.Any) ([]*routev3.Route, []UnexpressedKey, error) {
+	routes, unexpressed, err := tb.emitRows(retry)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	routes = append(routes, tb.openAPIRoutes(retry)...)
-	routes = append(routes, tb.schemaRoutes(retry)...)
-	tb.skewSkipped = skipped
-	return withAnonymousTwins(routes, anon), nil
+	return withAnonymousTwins(routes, anon), unexpressed, nil
+}
+
+// emitRows turns the rows into routes (without anonymous twins), keeping the table's order: Envoy
+// takes the first route that matches, in configuration order, with no ranking by specificity
+// (source/common/router/config_impl.cc: VirtualHostImpl::getRouteFromEntries loops over routes_ at
+// envoyproxy/envoy commit 74fe3651, getRouteFromRoutes over them in a newer main copy; no release
+// tag is stored). The rows of one resource key
+// are emitted together (keyRoutes); the OpenAPI index row has no route (failing open the schemas row
+// takes it, ext_proc serves it), and the last row is routeConfig's default routes.
+func (tb *translator) emitRows(retry *routev3.RetryPolicy) ([]*routev3.Route, []UnexpressedKey, error) {
+	if tb.top == nil {
+		return nil, nil, nil
+	}
+	var out []*routev3.Route
+	var unexpressed []UnexpressedKey
+	openAPIRoutes := 0
+	tab := tb.top.Table()
+	rows := tab.Rows()
+	for i := 0; i < len(rows); i++ {
+		row := rows[i]
+		switch row.Path {
+		case decision.PathResource:
+			for i+1 < len(rows) && rows[i+1].Path == decision.PathResource && rows[i+1].Key == row.Key {
+				i++ // the key's verb rows: keyRoutes reads them all
+			}
+			rs, err := tb.keyRoutes(row.Key, retry)
+			if err != nil {
+				// ext_proc still decides it; failing open it takes the default routes, as before.
+				unexpressed = append(unexpressed, UnexpressedKey{Key: row.Key, Reason: err.Error()})
+				continue
+			}
+			out = append(out, rs...)
+		case decision.PathOpenAPIDocument:
+			r, err := openAPIRoute(tab, row, retry)
+			if err == nil && r != nil && openAPIRoutes == maxOpenAPIRouteKeys {
+				err = fmt.Errorf("more than %d OpenAPI document routes", maxOpenAPIRouteKeys)
+			}
+			if err != nil {
+				unexpressed = append(unexpressed, UnexpressedKey{OpenAPI: row.Doc, Reason: err.Error()})
+				continue
+			}
+			if r != nil {
+				out = append(out, r)
+				openAPIRoutes++
+			}
+		case decision.PathDiscovery:
+			out = append(out, discoveryRoutes(tab, row, retry)...)
+		case decision.PathSchemas:
+			out = append(out, schemaRoutes(tab, row, retry)...)
+		}
+	}
+	return out, unexpressed, nil
 }

@@ -24,15 +24,25 @@ type Resources struct {
 	Clusters []*clusterv3.Cluster
 	// Secrets are the TLS files Envoy loads and watches (SDS with file paths).
 	Secrets []*tlsv3.Secret
-	// Unexpressed lists the skewed keys the route table cannot carry: ext_proc decides them, and while
-	// it fails open they take the default routes. The server logs, counts and shows them (/topology).
+	// Unexpressed lists the rows of the decision table the route table cannot carry: ext_proc
+	// decides them, and while it fails open they take the default (or schema) routes. The server logs, counts and shows them (/topology).
 	Unexpressed []UnexpressedKey
 }
 
-// UnexpressedKey is a skewed resource key with no route of its own in Envoy's route table, and why.
+// UnexpressedKey is a row of the decision table with no route of its own in Envoy's route table:
+// a skewed resource key, or an OpenAPI v3 document key; and why.
 type UnexpressedKey struct {
-	Key    discovery.ResourceKey `json:"key"`
-	Reason string                `json:"reason"`
+	Key     discovery.ResourceKey `json:"key"`
+	OpenAPI string                `json:"openapi,omitempty"`
+	Reason  string                `json:"reason"`
+}
+
+// String names the key for people.
+func (u UnexpressedKey) String() string {
+	if u.OpenAPI != "" {
+		return "/openapi/v3/" + u.OpenAPI
+	}
+	return u.Key.String()
 }
 
 // ClusterNames returns the names of rs.Clusters.
@@ -83,7 +93,7 @@ func Translate(t *discovery.Topology, o Options) (*Resources, error) {
 	}
 
 	tb.top = t
-	rc, err := tb.routeConfig()
+	rc, unexpressed, err := tb.routeConfig()
 	if err != nil {
 		return nil, err
 	}
@@ -91,7 +101,7 @@ func Translate(t *discovery.Topology, o Options) (*Resources, error) {
 	if err != nil {
 		return nil, err
 	}
-	rs := &Resources{Listeners: []*listenerv3.Listener{l}, Routes: []*routev3.RouteConfiguration{rc}, Clusters: clusters, Secrets: tb.secrets(), Unexpressed: tb.skewSkipped}
+	rs := &Resources{Listeners: []*listenerv3.Listener{l}, Routes: []*routev3.RouteConfiguration{rc}, Clusters: clusters, Secrets: tb.secrets(), Unexpressed: unexpressed}
 	if err := rs.check(); err != nil {
 		return nil, err
 	}
@@ -150,9 +160,8 @@ func (rs *Resources) check() error {
 
 type translator struct {
 	o Options
-	// top is the Topology, for the skew routes (skewroutes.go).
-	top         *discovery.Topology
-	skewSkipped []UnexpressedKey
+	// top is the Topology, whose decision table the routes are emitted from (skewtable.go).
+	top *discovery.Topology
 	// upstreams are the endpoints of t's upstreams by name, shapes and sockets the parts every
 	// apiserver cluster of a kind shares (clusters.go): each built once per translation.
 	upstreams map[string]*upstreamEndpoint

@@ -268,9 +268,13 @@ func printTopology(w io.Writer, v serve.TopologyView) error {
 		fmt.Fprintf(tw, "%s %s\t%s\t%s\t%s\n", gv, name, s.Verb, s.Decision, cluster)
 	}
 	if len(v.Unexpressed) > 0 {
-		fmt.Fprintf(tw, "\nSKEWED RESOURCE WITHOUT A ROUTE IN ENVOY\tREASON\n")
+		fmt.Fprintf(tw, "\nDECIDED WITHOUT A ROUTE IN ENVOY\tREASON\n")
 		for _, u := range v.Unexpressed {
-			fmt.Fprintf(tw, "%s\t%s (ext_proc decides it; failing open it takes the default route)\n", u.Key.String(), u.Reason)
+			fallback := "the default route"
+			if u.OpenAPI != "" {
+				fallback = "the schema routes"
+			}
+			fmt.Fprintf(tw, "%s\t%s (ext_proc decides it; failing open it takes %s)\n", u.String(), u.Reason, fallback)
 		}
 	}
 	if len(v.OpenAPI) > 0 {

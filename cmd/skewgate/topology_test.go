@@ -32,17 +32,19 @@ func TestPrintTopologyShowsOpenAPI(t *testing.T) {
 	}
 }
 
-// TestPrintTopologyShowsUnexpressed: `skewgate topology` lists the skewed keys Envoy's route table
-// cannot carry, with the reason.
+// TestPrintTopologyShowsUnexpressed: `skewgate topology` lists the rows Envoy's route table cannot
+// carry (a skewed key, an OpenAPI document), with the reason and where they go failing open.
 func TestPrintTopologyShowsUnexpressed(t *testing.T) {
 	key := discovery.ResourceKey{Group: "g.example.com", Version: "v1", Resource: "watch"}
-	v := serve.TopologyView{Unexpressed: []xds.UnexpressedKey{{Key: key, Reason: `resource "watch" is read as a verb prefix`}}}
+	v := serve.TopologyView{Unexpressed: []xds.UnexpressedKey{{Key: key, Reason: `resource "watch" is read as a verb prefix`},
+		{OpenAPI: "apis/x/v1/", Reason: "not a normalized path"}}}
 	var b bytes.Buffer
 	if err := printTopology(&b, v); err != nil {
 		t.Fatal(err)
 	}
 	out := b.String()
-	for _, want := range []string{"SKEWED RESOURCE WITHOUT A ROUTE IN ENVOY", key.String(), `resource "watch" is read as a verb prefix`, "failing open it takes the default route"} {
+	for _, want := range []string{"DECIDED WITHOUT A ROUTE IN ENVOY", key.String(), `resource "watch" is read as a verb prefix`, "failing open it takes the default route",
+		"/openapi/v3/apis/x/v1/", "not a normalized path (ext_proc decides it; failing open it takes the schema routes)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}

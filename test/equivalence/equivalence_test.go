@@ -1,29 +1,21 @@
-// Package equivalence holds Envoy's own route table (xds) to the decisions of ext_proc (extproc):
-// for every request shape, the route the test data plane's matcher picks from the generated table
-// (what a request keeps when ext_proc fails open) and the answer ext_proc gives name the same
-// cluster or the same 503.
+// Package equivalence guards the route emitter: Envoy's route table (xds) against the decision
+// table it is emitted from (decision), which ext_proc answers from. For every request shape, the
+// route the test data plane's matcher picks from the generated route table (what a request keeps
+// when ext_proc fails open) and the table's answer name the same cluster or the same 503.
 package equivalence
 
 import (
-	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
-	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/metadata"
-	"google.golang.org/protobuf/proto"
 
+	"github.com/skewgate/skewgate/decision"
 	"github.com/skewgate/skewgate/discovery"
-	"github.com/skewgate/skewgate/extproc"
-	"github.com/skewgate/skewgate/internal/wire"
 	"github.com/skewgate/skewgate/test/dataplane"
 	"github.com/skewgate/skewgate/xds"
 )
@@ -56,15 +48,9 @@ func isSkewRoute(name string) bool {
 }
 
 type fixture struct {
-	top    *discovery.Topology
-	table  *routev3.RouteConfiguration // as served
-	plain  *routev3.RouteConfiguration // without the skew routes: what the default routes decide
-	server *extproc.Server
+	top   *discovery.Topology
+	table *routev3.RouteConfiguration // as served
 }
-
-type staticSource struct{ t *discovery.Topology }
-
-func (s staticSource) Current() *discovery.Topology { return s.t }
 
 func newFixture(t testing.TB) *fixture {
 	top := testTopology()
@@ -72,20 +58,10 @@ func newFixture(t testing.TB) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plain := proto.Clone(rs.Routes[0]).(*routev3.RouteConfiguration)
-	vh := plain.VirtualHosts[0]
-	var kept []*routev3.Route
-	for _, r := range vh.Routes {
-		if !isSkewRoute(r.Name) {
-			kept = append(kept, r)
-		}
-	}
-	if len(kept) == len(vh.Routes) {
+	if !slices.ContainsFunc(rs.Routes[0].VirtualHosts[0].Routes, func(r *routev3.Route) bool { return isSkewRoute(r.Name) }) {
 		t.Fatal("the route table has no skew routes")
 	}
-	vh.Routes = kept
-	return &fixture{top: top, table: rs.Routes[0], plain: plain,
-		server: extproc.NewServer(staticSource{top}, nil, prometheus.NewRegistry())}
+	return &fixture{top: top, table: rs.Routes[0]}
 }
 
 // request is one request as it reaches the connection manager.
@@ -122,59 +98,21 @@ func (f *fixture) failOpen(t testing.TB, r request, path string) outcome {
 	return outcome{cluster: c, route: rt.Name}
 }
 
-// decided is what ext_proc answers for the request, resolved the way Envoy applies it: an immediate
-// response, the cluster it names, or (no cluster named) the default routes' cluster.
+// decided is the decision table's answer to the request (what ext_proc answers): a 400 for what the
+// classifier refuses, a 503, or the cluster it names (twin included).
 func (f *fixture) decided(t testing.TB, r request, path string) outcome {
-	hs := []*corev3.HeaderValue{{Key: ":method", RawValue: []byte(r.method)}, {Key: ":path", RawValue: []byte(path)},
-		{Key: ":authority", RawValue: []byte("front")}, {Key: ":scheme", RawValue: []byte("https")}}
-	if r.upgrade {
-		hs = append(hs, &corev3.HeaderValue{Key: "upgrade", RawValue: []byte("websocket")})
+	c, err := decision.Classify(r.method, path)
+	if err != nil {
+		return outcome{status: http.StatusBadRequest}
 	}
-	md := metadata.MD{}
-	if r.anonymous {
-		md.Set(wire.CredentialsMetadata, wire.CredentialsNone)
+	a := f.top.Table().Decide(decision.Request{Method: r.method, Path: path, Anonymous: r.anonymous, Upgrade: r.upgrade, Class: c})
+	if a.Action == decision.ActionUnavailable {
+		return outcome{status: http.StatusServiceUnavailable}
 	}
-	s := &stream{ctx: metadata.NewIncomingContext(context.Background(), md), in: []*extprocv3.ProcessingRequest{{
-		Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: &corev3.HeaderMap{Headers: hs}, EndOfStream: true}},
-	}}}
-	if err := f.server.Process(s); err != nil {
-		t.Fatalf("%+v: ext_proc: %v", r, err)
+	if a.Cluster == "" {
+		t.Fatalf("%+v: the table names no cluster: %+v", r, a)
 	}
-	if len(s.out) != 1 {
-		t.Fatalf("%+v: ext_proc sent %d responses", r, len(s.out))
-	}
-	if ir := s.out[0].GetImmediateResponse(); ir != nil {
-		return outcome{status: int(ir.GetStatus().GetCode())}
-	}
-	for _, h := range s.out[0].GetRequestHeaders().GetResponse().GetHeaderMutation().GetSetHeaders() {
-		if h.GetHeader().GetKey() == wire.RouteHeader {
-			return outcome{cluster: string(h.GetHeader().GetRawValue()) + h.GetHeader().GetValue()}
-		}
-	}
-	rt := dataplane.SelectRoute(f.plain, r.method, path, r.header())
-	return outcome{cluster: rt.GetRoute().GetCluster(), route: rt.GetName()}
-}
-
-// stream is one ext_proc stream carrying the given requests.
-type stream struct {
-	grpc.ServerStream
-	ctx context.Context
-	in  []*extprocv3.ProcessingRequest
-	out []*extprocv3.ProcessingResponse
-}
-
-func (s *stream) Context() context.Context { return s.ctx }
-func (s *stream) Send(r *extprocv3.ProcessingResponse) error {
-	s.out = append(s.out, r)
-	return nil
-}
-func (s *stream) Recv() (*extprocv3.ProcessingRequest, error) {
-	if len(s.in) == 0 {
-		return nil, io.EOF
-	}
-	r := s.in[0]
-	s.in = s.in[1:]
-	return r, nil
+	return outcome{cluster: a.Cluster}
 }
 
 // verdict compares the two for one request; it returns what was compared ("routed", "503",
@@ -187,10 +125,10 @@ func (f *fixture) verdict(t testing.TB, r request) string {
 	}
 	got := f.failOpen(t, r, path)
 	want := f.decided(t, r, path)
-	c, cerr := extproc.Classify(r.method, path)
+	c, cerr := decision.Classify(r.method, path)
 	switch {
 	case want.status == http.StatusBadRequest:
-		// ext_proc refuses what it cannot classify. A skew route may take it only for an invalid
+		// The classifier refuses it (ext_proc answers 400). A skew route may take it only for an invalid
 		// percent-escape, which every apiserver refuses (400) before any handler: Go's server
 		// cannot unescape the path.
 		p, _, _ := strings.Cut(path, "?")
@@ -198,7 +136,7 @@ func (f *fixture) verdict(t testing.TB, r request) string {
 			t.Errorf("%+v (path %q): ext_proc refuses it (400), the table routes it by %s to %v", r, path, got.route, got)
 		}
 		return "invalid"
-	case cerr == nil && c.Kind == extproc.Discovery:
+	case cerr == nil && c.Kind == decision.Discovery:
 		// ext_proc answers discovery at the front; failing open, an apiserver answers its own.
 		if isSkewRoute(got.route) {
 			t.Errorf("%+v: discovery path taken by %s", r, got.route)
@@ -213,12 +151,12 @@ func (f *fixture) verdict(t testing.TB, r request) string {
 	case encodedSlash(path):
 		// %2F inside a segment: the apiserver splits at it, Envoy's patterns do not (documented).
 		return "encoded slash"
-	case queryAmbiguous(path) && c.Kind == extproc.Resource && f.top.Decide(c.Key, "list") != f.top.Decide(c.Key, "watch"):
+	case queryAmbiguous(path) && c.Kind == decision.Resource && f.top.Decide(c.Key, "list") != f.top.Decide(c.Key, "watch"):
 		// ';', '+' and invalid escapes in the query: Go drops or decodes such pairs, Envoy does not.
 		return "query Envoy parses differently"
 	}
 	if got.cluster != want.cluster || got.status != want.status {
-		t.Errorf("%+v (path %q): the table picks %v (route %s), ext_proc decides %v", r, path, got, got.route, want)
+		t.Errorf("%+v (path %q): Envoy's route table picks %v (route %s), the decision table %v", r, path, got, got.route, want)
 	}
 	switch {
 	case want.status == http.StatusServiceUnavailable:

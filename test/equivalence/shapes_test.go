@@ -11,7 +11,7 @@ import (
 
 var methods = []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "get"}
 
-// classifierSeeds are extproc's classifier table (extproc/classify_test.go) as method and path.
+// classifierSeeds are the classifier's table (decision/classify_test.go) as method and path.
 var classifierSeeds = []struct{ method, path string }{
 	{"GET", "/api/v1/pods"}, {"GET", "/api/v1/namespaces/default/pods"}, {"GET", "/api/v1/namespaces/default/pods/p1"},
 	{"GET", "/api/v1/namespaces/default/pods/p1/log"}, {"POST", "/api/v1/namespaces/default/pods/p1/exec?command=ls"},
@@ -34,9 +34,9 @@ var classifierSeeds = []struct{ method, path string }{
 	{"GET", "/api/v1/pods?watch=1;x=2"}, {"GET", "/api/v1/pods?w%61tch=1"}, {"GET", "/api/v1/pods?watch=%zz"},
 }
 
-// fuzzCorpus reads extproc's FuzzClassify corpus (method, path).
+// fuzzCorpus reads decision's FuzzClassify corpus (method, path).
 func fuzzCorpus(t testing.TB) [][2]string {
-	dir := filepath.Join("..", "..", "extproc", "testdata", "fuzz", "FuzzClassify")
+	dir := filepath.Join("..", "..", "decision", "testdata", "fuzz", "FuzzClassify")
 	files, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)

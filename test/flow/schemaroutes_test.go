@@ -6,13 +6,13 @@ import (
 
 	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
 
+	"github.com/skewgate/skewgate/decision"
 	"github.com/skewgate/skewgate/discovery"
-	"github.com/skewgate/skewgate/extproc"
 	"github.com/skewgate/skewgate/xds"
 )
 
 // TestSchemaRoutesMatchExtProc: the route table's schema routes (what the API schemas take when
-// ext_proc fails open) match the prefix ext_proc's isSchemaPath tests.
+// ext_proc fails open) match the prefix decision.IsSchemaPath tests (what ext_proc decides with).
 func TestSchemaRoutesMatchExtProc(t *testing.T) {
 	group := func(resources ...string) *discovery.Document {
 		g := apidiscoveryv2.APIGroupDiscovery{Versions: []apidiscoveryv2.APIVersionDiscovery{{Version: "v1"}}}
@@ -42,8 +42,8 @@ func TestSchemaRoutesMatchExtProc(t *testing.T) {
 		for _, r := range vh.GetRoutes() {
 			if p := r.GetMatch().GetPathSeparatedPrefix(); p != "" {
 				n++
-				if p != extproc.SchemaPrefix {
-					t.Errorf("route %s matches path_separated_prefix %q, ext_proc's schema prefix is %q", r.GetName(), p, extproc.SchemaPrefix)
+				if p != decision.SchemaPrefix {
+					t.Errorf("route %s matches path_separated_prefix %q, the decision table's schema prefix is %q", r.GetName(), p, decision.SchemaPrefix)
 				}
 			}
 		}

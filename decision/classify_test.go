@@ -1,4 +1,4 @@
-package extproc
+package decision
 
 import (
 	"net/http"
@@ -149,7 +149,7 @@ func TestClassifyMatchesRequestInfoFactory(t *testing.T) {
 // FuzzClassify holds Classify equal to the apiserver's own classification. `go test` replays only
 // the seeds; the bounded fuzz run is
 //
-//	go test ./extproc -run '^$' -fuzz '^FuzzClassify$' -fuzztime 25s
+//	go test ./decision -run '^$' -fuzz '^FuzzClassify$' -fuzztime 25s
 func FuzzClassify(f *testing.F) {
 	for _, s := range classifySeeds {
 		f.Add(s.method, s.path)

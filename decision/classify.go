@@ -1,11 +1,9 @@
-package extproc
+package decision
 
 import (
 	"errors"
 	"net/url"
 	"strings"
-
-	"github.com/skewgate/skewgate/discovery"
 )
 
 // Kind is the class of a request.
@@ -31,10 +29,10 @@ func (k Kind) String() string {
 	}
 }
 
-// Request is what the classifier learns from a method and a path.
-type Request struct {
+// Class is what the classifier learns from a method and a path.
+type Class struct {
 	Kind      Kind
-	Key       discovery.ResourceKey
+	Key       ResourceKey
 	Verb      string
 	Namespace string
 	Name      string
@@ -56,31 +54,31 @@ var (
 // requestinfo.go) with APIPrefixes {api, apis} and GrouplessAPIPrefixes {api}, for the fields that
 // decide routing, without allocating for ordinary paths. TestClassifyMatchesRequestInfoFactory and
 // FuzzClassify hold it equal to the original.
-func Classify(method, rawPath string) (Request, error) {
+func Classify(method, rawPath string) (Class, error) {
 	if rawPath == "" {
-		return Request{}, errNoPath
+		return Class{}, errNoPath
 	}
 	for i := 0; i < len(rawPath); i++ {
 		if c := rawPath[i]; c < ' ' || c == 0x7f {
-			return Request{}, errControl // Go's server (and Envoy's codec) refuse these too
+			return Class{}, errControl // Go's server (and Envoy's codec) refuse these too
 		}
 	}
 	path, query, _ := strings.Cut(rawPath, "?")
 	if path == "" || path[0] != '/' {
-		return Request{}, errNotAbs
+		return Class{}, errNotAbs
 	}
 	if strings.IndexByte(path, '%') >= 0 {
 		// Go's server hands the apiserver the decoded path (URL.Path).
 		p, err := url.PathUnescape(path)
 		if err != nil {
-			return Request{}, errBadEscape
+			return Class{}, errBadEscape
 		}
 		path = p
 	}
 	var buf [maxSegments]string
 	parts := splitPath(path, buf[:0])
 
-	r := Request{Verb: lowerMethod(method)}
+	r := Class{Verb: lowerMethod(method)}
 	if len(parts) < 3 || (parts[0] != "api" && parts[0] != "apis") {
 		if isDiscoveryPath(parts) {
 			r.Kind = Discovery
