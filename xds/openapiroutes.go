@@ -65,7 +65,7 @@ func openAPIRoute(tab *decision.Table, row decision.Row, retry *routev3.RetryPol
 // routableOpenAPIKey says whether the path of key is one Envoy's path normalization leaves as it is
 // (normalize_path, merge_slashes), so that an exact match can meet it: segments of unreserved
 // characters, none empty, none a dot segment. Anything else is left to ext_proc, which treats a path
-// with an escape as no OpenAPI key either (extproc/openapi.go).
+// with an escape as no OpenAPI key either (decision.OpenAPIPath).
 func routableOpenAPIKey(key string) bool {
 	if key == "" {
 		return false
