@@ -2,8 +2,6 @@ package xds
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -25,7 +23,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
-	"google.golang.org/protobuf/proto"
 	"k8s.io/utils/clock"
 
 	"github.com/skewgate/skewgate/discovery"
@@ -79,6 +76,7 @@ type Server struct {
 	xds   serverv3.Server
 
 	seq      int
+	hasher   *merkle
 	lastHash string
 	// retained holds clusters that left the Topology, until their time is up.
 	retained map[string]retainedCluster
@@ -127,6 +125,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		cfg: cfg, log: log, m: m,
 		cache:    newSnapshotCache(zapLogger{log.Named("cache")}), // snapshotcache.go: SotW SDS answered by name
 		acks:     newAcks(log, m, cfg.Clock, cfg.AckTimeout),
+		hasher:   newMerkle(),
 		retained: map[string]retainedCluster{},
 		last:     map[string]*clusterv3.Cluster{},
 		changed:  make(chan struct{}),
@@ -207,13 +206,41 @@ func (s *Server) publish(ctx context.Context, t *discovery.Topology) time.Time {
 	start := s.cfg.Clock.Now()
 	rs, err := Translate(t, s.cfg.Options)
 	if err != nil {
-		s.m.publishes.WithLabelValues(publishFailed).Inc()
-		s.log.Error("translation failed; Envoy keeps the last good configuration", zap.Error(err), zap.String("topology", topologyVersion(t)))
+		s.failed("translation failed; Envoy keeps the last good configuration", err, zap.String("topology", topologyVersion(t)))
 		return s.nextExpiry()
 	}
+	s.retain(rs)
+	resources := snapshotResources(rs)
+	hash := s.hasher.sum(resources)
+	if hash == s.lastHash {
+		// The same snapshot: t decides exactly as the Topology it was translated from.
+		s.acks.replaceLatest(t)
+		s.m.publishes.WithLabelValues(publishUnchanged).Inc()
+		return s.nextExpiry()
+	}
+	version, err := s.setSnapshot(ctx, t, rs, resources)
+	if err != nil {
+		s.failed("snapshot rejected; Envoy keeps the last good configuration", err)
+		return s.nextExpiry()
+	}
+	s.lastHash = hash
+	s.m.publishes.WithLabelValues(publishOK).Inc()
+	s.m.translate.Observe(s.cfg.Clock.Since(start).Seconds())
+	s.announce(version, t, rs)
+	return s.nextExpiry()
+}
+
+// failed counts and logs a publication that left the last snapshot in place.
+func (s *Server) failed(msg string, err error, fields ...zap.Field) {
+	s.m.publishes.WithLabelValues(publishFailed).Inc()
+	s.log.Error(msg, append(fields, zap.Error(err))...)
+}
+
+// retain adds to rs the clusters that left the Topology and are still in their grace period, so
+// they keep serving requests already routed to them; a cluster that comes back is current again.
+// rs.Clusters stay sorted by name.
+func (s *Server) retain(rs *Resources) {
 	now := s.cfg.Clock.Now()
-	// Clusters that left the Topology keep serving requests already routed to them for the grace
-	// period; a cluster that comes back is current again.
 	current := make(map[string]*clusterv3.Cluster, len(rs.Clusters))
 	for _, c := range rs.Clusters {
 		current[c.Name] = c
@@ -234,44 +261,37 @@ func (s *Server) publish(ctx context.Context, t *discovery.Topology) time.Time {
 	}
 	s.m.retained.Set(float64(len(s.retained)))
 	slices.SortFunc(rs.Clusters, func(a, b *clusterv3.Cluster) int { return cmpString(a.Name, b.Name) })
+}
 
-	resources := map[resourcev3.Type][]types.Resource{
+// snapshotResources are the resources of rs by type, as a snapshot holds them.
+func snapshotResources(rs *Resources) map[resourcev3.Type][]types.Resource {
+	return map[resourcev3.Type][]types.Resource{
 		resourcev3.ClusterType:  toResources(rs.Clusters),
 		resourcev3.RouteType:    toResources(rs.Routes),
 		resourcev3.ListenerType: toResources(rs.Listeners),
 		resourcev3.SecretType:   toResources(rs.Secrets),
 	}
-	hash, err := contentHash(resources)
-	if err != nil {
-		s.m.publishes.WithLabelValues(publishFailed).Inc()
-		s.log.Error("hashing resources failed", zap.Error(err))
-		return s.nextExpiry()
-	}
-	if hash == s.lastHash {
-		// The same snapshot: t decides exactly as the Topology it was translated from.
-		s.acks.replaceLatest(t)
-		s.m.publishes.WithLabelValues(publishUnchanged).Inc()
-		return s.nextExpiry()
-	}
+}
+
+// setSnapshot hands resources, translated from t, to the snapshot cache under the next version.
+// The ACK gate learns the version's clusters before any Envoy can acknowledge them.
+func (s *Server) setSnapshot(ctx context.Context, t *discovery.Topology, rs *Resources, resources map[resourcev3.Type][]types.Resource) (string, error) {
 	s.seq++
 	version := s.cfg.VersionPrefix + "-" + strconv.Itoa(s.seq)
 	snap, err := cachev3.NewSnapshot(version, resources)
-	if err == nil {
-		err = snap.Consistent()
-	}
-	if err == nil {
-		// Record the clusters before Envoy can ACK them.
-		s.acks.publish(version, rs.ClusterNames(), t)
-		err = s.cache.SetSnapshot(ctx, nodeGroup, snap)
-	}
 	if err != nil {
-		s.m.publishes.WithLabelValues(publishFailed).Inc()
-		s.log.Error("snapshot rejected; Envoy keeps the last good configuration", zap.Error(err))
-		return s.nextExpiry()
+		return "", err
 	}
-	s.lastHash = hash
-	s.m.publishes.WithLabelValues(publishOK).Inc()
-	s.m.translate.Observe(s.cfg.Clock.Since(start).Seconds())
+	if err := snap.Consistent(); err != nil {
+		return "", err
+	}
+	s.acks.publish(version, rs.ClusterNames(), t)
+	return version, s.cache.SetSnapshot(ctx, nodeGroup, snap)
+}
+
+// announce reports a published snapshot: metrics, logs (a warning per decision the route table
+// cannot carry) and the watchers of Version.
+func (s *Server) announce(version string, t *discovery.Topology, rs *Resources) {
 	s.m.clusters.Set(float64(len(rs.Clusters)))
 	s.log.Info("published", zap.String("version", version), zap.String("topology", topologyVersion(t)),
 		zap.Int("clusters", len(rs.Clusters)), zap.Int("retained", len(s.retained)))
@@ -280,14 +300,12 @@ func (s *Server) publish(ctx context.Context, t *discovery.Topology) time.Time {
 		s.log.Warn("decision without a route of its own in Envoy: ext_proc decides it; failing open it takes the default (or schema) route",
 			zap.String("version", version), zap.String("key", u.String()), zap.String("reason", u.Reason))
 	}
-
 	s.mu.Lock()
 	s.version = version
 	s.unexpressed = rs.Unexpressed
 	close(s.changed)
 	s.changed = make(chan struct{})
 	s.mu.Unlock()
-	return s.nextExpiry()
 }
 
 func (s *Server) nextExpiry() time.Time {
@@ -306,26 +324,6 @@ func toResources[M types.Resource](in []M) []types.Resource {
 		out[i] = r
 	}
 	return out
-}
-
-// hashOrder fixes the order in which contentHash reads the resource types.
-var hashOrder = []resourcev3.Type{resourcev3.ListenerType, resourcev3.RouteType, resourcev3.ClusterType, resourcev3.SecretType}
-
-// contentHash identifies the resources of a snapshot, so an unchanged translation publishes nothing.
-func contentHash(resources map[resourcev3.Type][]types.Resource) (string, error) {
-	h := sha256.New()
-	opts := proto.MarshalOptions{Deterministic: true}
-	for _, typ := range hashOrder {
-		for _, r := range resources[typ] {
-			b, err := opts.Marshal(r)
-			if err != nil {
-				return "", err
-			}
-			h.Write(strconv.AppendInt(nil, int64(len(b)), 10))
-			h.Write(b)
-		}
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 func topologyVersion(t *discovery.Topology) string {
