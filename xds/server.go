@@ -86,7 +86,8 @@ type Server struct {
 	mu      sync.Mutex
 	version string
 	changed chan struct{}
-	// unexpressed are the skewed keys of the published snapshot without routes of their own.
+	// unexpressed are the rows of the decision table the published snapshot has no route of its own
+	// for (skewed resource keys, OpenAPI v3 documents).
 	unexpressed []UnexpressedKey
 }
 
@@ -149,8 +150,8 @@ func (s *Server) Register(g *grpc.Server) {
 // cluster its decisions name is in every counted Envoy; ext_proc reads nothing else.
 func (s *Server) Current() *discovery.Topology { return s.acks.currentTopology() }
 
-// Unexpressed lists the skewed keys of the published snapshot that have no route of their own in
-// Envoy's route table, with the reason.
+// Unexpressed lists the rows of the decision table (skewed resource keys, OpenAPI v3 documents) that
+// have no route of their own in the published snapshot's route table, with the reason.
 func (s *Server) Unexpressed() []UnexpressedKey {
 	s.mu.Lock()
 	defer s.mu.Unlock()
