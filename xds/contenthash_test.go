@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -62,6 +63,10 @@ func TestContentHashAgreesWithMarshal(t *testing.T) {
 	o := testOptions()
 	o.HealthCheckInterval *= 2 // a field of the shared health checks only
 	add(syntheticTopology(30, 2), o)
+	moved := syntheticTopology(30, 2)
+	// One endpoint, the last of the all-cluster's 30 and of its set's.
+	moved.Upstreams[29].Address = strings.Replace(moved.Upstreams[29].Address, ":6443", ":6444", 1)
+	add(moved, testOptions())
 	equalPairs := 0
 	for i, a := range all {
 		for j, b := range all[:i] {
@@ -84,7 +89,7 @@ func TestContentHashAgreesWithMarshal(t *testing.T) {
 // any scalar's value, changes the content hash; restored, the hash is the first one again. A copy
 // of every resource, sharing nothing, hashes alike.
 func TestContentHashSeesEveryField(t *testing.T) {
-	rs, err := Translate(syntheticTopology(2, 1), testOptions())
+	rs, err := Translate(syntheticTopology(6, 1), testOptions()) // 6 endpoints in the all-cluster
 	if err != nil {
 		t.Fatal(err)
 	}
