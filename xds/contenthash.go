@@ -89,7 +89,8 @@ func (h *merkle) digest(m proto.Message) digest {
 		return d
 	}
 	var d digest
-	if s := splitTypes[reflect.TypeOf(m)]; s != nil {
+	// A nil element of a list is marshalled (as nothing) rather than split.
+	if s := splitTypes[reflect.TypeOf(m)]; s != nil && !reflect.ValueOf(m).IsNil() {
 		d = h.digestSplit(m, s)
 	} else {
 		h.marshal = h.marshalAppend(append(h.marshal[:0], markMarshalled), m)
