@@ -99,7 +99,7 @@ bench: testbed-bins
 	$(GO) test ./extproc -run XXX -bench 'Classify|Decide|ServerDecide|ProcessRoundTrip' -benchmem | grep -E '^(Benchmark|goos|cpu)' > bench/results/extproc.txt
 	$(GO) test ./decision -run XXX -bench 'Classify|TableDecide' -benchmem | grep -E '^Benchmark' >> bench/results/extproc.txt
 	$(GO) test ./extproc -run XXX -bench ProcessLoad -benchtime 1x | grep -E '^Benchmark' >> bench/results/extproc.txt
-	$(GO) test ./xds -run XXX -bench 'Translate|Push' -benchmem | grep -E '^Benchmark' >> bench/results/extproc.txt
+	$(GO) test ./xds -run XXX -bench 'Translate|Push|Publish|ContentHash' -benchmem | grep -E '^Benchmark' >> bench/results/extproc.txt
 	$(GO) test ./extproc -run XXX -bench 'DiscoveryDistinctAccept' -benchmem | grep -E '^Benchmark' >> bench/results/extproc.txt
 	$(GO) test ./openapi -run XXX -bench 'OpenAPIDocument|OpenAPIProtobufRender' -benchmem | grep -E '^Benchmark' >> bench/results/extproc.txt
 	$(GO) test ./discovery -run XXX -bench 'RenewalRebuilds|LeaseChurn|BuildOpenAPI' -benchmem | grep -E '^Benchmark' >> bench/results/extproc.txt

@@ -194,8 +194,9 @@ func TestMaxUpstreamsInController(t *testing.T) {
 		client.Tracker().Add(l)
 	}
 	core, logs := observer.New(zap.WarnLevel)
+	reg := prometheus.NewRegistry()
 	c, err := New(Config{Client: client, Upstream: restFor(t, pki), Policy: AddressPolicy{CIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}},
-		MaxUpstreams: 2, Registry: prometheus.NewRegistry(), Logger: zap.New(core), InitialTimeout: time.Second, RequestTimeout: time.Second})
+		MaxUpstreams: 2, Registry: reg, Logger: zap.New(core), InitialTimeout: time.Second, RequestTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,9 +229,9 @@ func TestMaxUpstreamsInController(t *testing.T) {
 		}
 		return false
 	})
-	before := c.syncs.Load()
+	before := syncs(t, reg)
 	c.requestSync()
-	poll(t, 10*time.Second, "a sync after the renewals", func() bool { return c.syncs.Load() > before })
+	poll(t, 10*time.Second, "a sync after the renewals", func() bool { return syncs(t, reg) > before })
 	if got := logs.FilterField(zap.String("reason", IgnoredMaxUpstreams)).Len(); got != 1 {
 		t.Errorf("%d log lines about refused Leases, want 1 (one for the 3 Leases refused at once)", got)
 	}

@@ -47,8 +47,6 @@ type Controller struct {
 
 	current atomic.Pointer[Topology]
 	queue   workqueue.TypedRateLimitingInterface[string]
-	// syncs counts processed syncs (tests wait on it; rebuilds are counted by the rebuild metric).
-	syncs atomic.Int64
 	// late is the refetch openAPILag after the last CRD or APIService event (openapiworker.go).
 	lateMu sync.Mutex
 	late   clock.Timer
@@ -206,7 +204,6 @@ func (c *Controller) process(ctx context.Context, key string) {
 			// The delaying queue keeps the earliest of several pending AddAfter of one key.
 			c.queue.AddAfter(keySync, max(next.Sub(c.cfg.Clock.Now()), time.Millisecond))
 		}
-		c.syncs.Add(1)
 	case key == keyRefetchAll:
 		for _, w := range c.workers {
 			w.refetch()

@@ -262,9 +262,9 @@ func TestControllerFollowsLeasesReadinessAndPolicy(t *testing.T) {
 		}
 		poll(t, 10*time.Second, "the informer to see the stale Lease", seen)
 		// Wait for a sync that read the stale Lease: new is still there.
-		before := c.syncs.Load()
+		before := syncs(t, reg)
 		c.requestSync()
-		poll(t, 10*time.Second, "a sync after the stale Lease", func() bool { return c.syncs.Load() > before })
+		poll(t, 10*time.Second, "a sync after the stale Lease", func() bool { return syncs(t, reg) > before })
 		if u, ok := c.Current().Upstream("new"); !ok || !u.Ready {
 			t.Fatalf("new left while it answers its probes: %+v", u)
 		}

@@ -8,12 +8,34 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 	clocktesting "k8s.io/utils/clock/testing"
 )
+
+// syncs is skewgate_discovery_syncs_total as reg exposes it, every result together.
+func syncs(t testing.TB, reg prometheus.Gatherer) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "skewgate_discovery_syncs_total" {
+			continue
+		}
+		n := 0.0
+		for _, m := range mf.GetMetric() {
+			n += m.GetCounter().GetValue()
+		}
+		return n
+	}
+	t.Fatal("no skewgate_discovery_syncs_total")
+	return 0
+}
 
 func histogram(h prometheus.Histogram) (count uint64, sum float64) {
 	var m dto.Metric
@@ -50,7 +72,8 @@ func TestRenewalsRebuildNothing(t *testing.T) {
 		client.Tracker().Add(l)
 		leases = append(leases, l)
 	}
-	c, err := New(Config{Client: client, Upstream: restFor(t, pki), Registry: prometheus.NewRegistry(), Clock: clk,
+	reg := prometheus.NewRegistry()
+	c, err := New(Config{Client: client, Upstream: restFor(t, pki), Registry: reg, Clock: clk,
 		Policy: AddressPolicy{CIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}, ProbeInterval: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -70,14 +93,19 @@ func TestRenewalsRebuildNothing(t *testing.T) {
 	})
 	// synced runs one more sync and waits for it.
 	synced := func(what string) {
-		before := c.syncs.Load()
+		before := syncs(t, reg)
 		c.requestSync()
-		stepUntil(t, clk, what, func() bool { return c.syncs.Load() > before })
+		stepUntil(t, clk, what, func() bool { return syncs(t, reg) > before })
 	}
 	synced("a sync after the upstreams are ready")
 	rebuilds, _ := histogram(c.metrics.rebuildDuration)
 	events, eventsSum := histogram(c.metrics.leaseToTopology)
-	syncs := c.syncs.Load()
+	syncsBefore := syncs(t, reg)
+	byResult := func() (unchanged, rebuiltOrPublished float64) {
+		return testutil.ToFloat64(c.metrics.syncs.WithLabelValues(syncUnchanged)),
+			testutil.ToFloat64(c.metrics.syncs.WithLabelValues(syncRebuilt)) + testutil.ToFloat64(c.metrics.syncs.WithLabelValues(syncPublished))
+	}
+	unchanged, rebuilt := byResult()
 
 	last := clk.Now()
 	for range 100 {
@@ -97,13 +125,16 @@ func TestRenewalsRebuildNothing(t *testing.T) {
 		return false
 	})
 	synced("a sync after the renewals") // reads every renewed Lease: a rebuild would happen in it
+	if u, r := byResult(); u == unchanged || r != rebuilt {
+		t.Errorf("syncs after 300 renewals: %v more unchanged (want some), %v more rebuilt or published (want 0)", u-unchanged, r-rebuilt)
+	}
 	if got, _ := histogram(c.metrics.rebuildDuration); got != rebuilds {
 		t.Errorf("300 renewals caused %d rebuilds, want 0", got-rebuilds)
 	}
 	if got, _ := histogram(c.metrics.leaseToTopology); got != events {
 		t.Errorf("300 renewals observed %d Lease-event latencies, want 0", got-events)
 	}
-	t.Logf("300 renewals: %d rebuilds, %d syncs (probes that changed nothing included)", 0, c.syncs.Load()-syncs)
+	t.Logf("300 renewals: %d rebuilds, %v syncs (probes that changed nothing included)", 0, syncs(t, reg)-syncsBefore)
 
 	// A real change 2 s later: its latency is its own.
 	clk.Step(2 * time.Second)

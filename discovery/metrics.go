@@ -14,6 +14,7 @@ type metrics struct {
 	leaseToTopology prometheus.Histogram
 	generation      prometheus.Gauge
 	published       prometheus.Counter
+	syncs           *prometheus.CounterVec
 
 	openapiFetches        *prometheus.CounterVec
 	openapiBudgetExceeded prometheus.Counter
@@ -34,6 +35,14 @@ const (
 
 var openapiResults = []string{resultOK, resultUnchanged, resultNotFound, resultShared, resultOverBudget,
 	ErrConnect, ErrStatus, ErrTooLarge, ErrDecode, ErrInvalid, ErrMoved, ErrIntegrity}
+
+// Sync results (label values of skewgate_discovery_syncs_total).
+const (
+	syncWaiting   = "waiting"   // no Topology yet: held for the upstreams' first fetches
+	syncUnchanged = "unchanged" // no input of the Topology changed: nothing rebuilt
+	syncRebuilt   = "rebuilt"   // an input changed, the rebuilt Topology did not: nothing published
+	syncPublished = "published"
+)
 
 // Upstream states (label values of skewgate_discovery_upstreams).
 const (
@@ -82,6 +91,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "skewgate_discovery_topologies_published_total",
 			Help: "Topologies published (only content changes publish).",
 		}),
+		syncs: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "skewgate_discovery_syncs_total",
+			Help: "Syncs of the Topology with the Leases and the upstreams' states, by result: waiting (no Topology yet: held for the upstreams' first fetches), unchanged (no input changed: nothing rebuilt), rebuilt (an input changed, the Topology did not: nothing published), published.",
+		}, []string{"result"}),
 		openapiFetches: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "skewgate_discovery_openapi_fetches_total",
 			Help: "OpenAPI v3 fetches from upstreams by what (index, document) and result (ok; unchanged: same index bytes; not_found: OpenAPI v3 off; shared: a document held for another upstream under the same hash, not fetched; over_budget; or a fetch error type).",
@@ -102,6 +115,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	for _, r := range ignoredReasons {
 		m.ignoredLeases.WithLabelValues(r)
+	}
+	for _, r := range []string{syncWaiting, syncUnchanged, syncRebuilt, syncPublished} {
+		m.syncs.WithLabelValues(r)
 	}
 	for _, s := range []string{stateReady, stateNotReady, stateStale} {
 		m.upstreams.WithLabelValues(s)

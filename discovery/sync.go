@@ -16,8 +16,15 @@ import (
 
 // sync reads the Leases, reconciles the workers and, only if an input of the Topology changed since
 // the last Build, builds and publishes a new one. It returns when it wants to run again (zero: only
-// on events): the earliest Lease expiry, capability expiry or departure.
+// on events): the earliest Lease expiry, capability expiry or departure. Each sync is counted by its
+// result (skewgate_discovery_syncs_total).
 func (c *Controller) sync(ctx context.Context) time.Time {
+	next, result := c.syncOnce(ctx)
+	c.metrics.syncs.WithLabelValues(result).Inc()
+	return next
+}
+
+func (c *Controller) syncOnce(ctx context.Context) (next time.Time, result string) {
 	now := c.cfg.Clock.Now()
 	c.mu.Lock()
 	answering := map[string]bool{}
@@ -45,12 +52,12 @@ func (c *Controller) sync(ctx context.Context) time.Time {
 	next = minTime(next, view.nextExpiry)
 	if deadline := c.started.Add(c.cfg.InitialTimeout); !initialized && c.current.Load() == nil && now.Before(deadline) {
 		// Wait for every upstream's first fetch (each one asks for a sync), but not forever.
-		return minTime(next, deadline)
+		return minTime(next, deadline), syncWaiting
 	}
 	inputs := inputsDigest(facts, view.ignored)
 	if c.current.Load() != nil && inputs == c.inputs {
 		c.settleLeaseEvent(leaseEvent, false)
-		return next
+		return next, syncUnchanged
 	}
 
 	start := c.cfg.Clock.Now()
@@ -64,7 +71,7 @@ func (c *Controller) sync(ctx context.Context) time.Time {
 	c.inputs = inputs
 	if c.current.Load() != nil && fp == c.fingerprint {
 		c.settleLeaseEvent(leaseEvent, false)
-		return next
+		return next, syncRebuilt
 	}
 	c.generation, c.fingerprint = gen, fp
 	c.mu.Lock()
@@ -79,7 +86,7 @@ func (c *Controller) sync(ctx context.Context) time.Time {
 	c.log.Info("topology published", zap.String("version", t.Version), zap.Int("upstreams", len(t.Upstreams)),
 		zap.Int("unproven", len(t.Unproven)), zap.Int("sets", len(t.Sets)), zap.Int("skewed", len(t.Skewed())),
 		zap.Duration("rebuild", c.cfg.Clock.Since(start)))
-	return next
+	return next, syncPublished
 }
 
 // settleLeaseEvent ends the wait that started with the Lease change at event (read at the start of

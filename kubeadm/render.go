@@ -60,6 +60,33 @@ func Render(o Options) (*Plan, error) {
 		return nil, err
 	}
 	p := o.paths()
+	c, err := readCredentials(o, p)
+	if err != nil {
+		return nil, err
+	}
+	b, err := renderBootstrap(o, p)
+	if err != nil {
+		return nil, err
+	}
+	m, err := renderManifests(o, c)
+	if err != nil {
+		return nil, err
+	}
+	return newPlan(o, p, c, b, m), nil
+}
+
+// credentials are the node's PKI files and skewgate's client certificate (kept, or newly issued).
+type credentials struct {
+	node       *nodeFiles
+	certPEM    []byte
+	keyPEM     []byte
+	issued     bool
+	kubeconfig []byte
+}
+
+// readCredentials reads the node's PKI and the client certificate in ConfigDir, issuing a new one
+// when it is missing or no longer good, and renders skewgate's kubeconfig.
+func readCredentials(o Options, p paths) (*credentials, error) {
 	now := o.Now()
 	node, err := readNodeFiles(o.PKIDir, now)
 	if err != nil {
@@ -69,14 +96,25 @@ func Render(o Options) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	certPEM, keyPEM, issued, err := ca.clientCert(o.ConfigDir, now, node.servingExpiry)
-	if err != nil {
+	c := &credentials{node: node}
+	if c.certPEM, c.keyPEM, c.issued, err = ca.clientCert(o.ConfigDir, now, node.servingExpiry); err != nil {
 		return nil, err
 	}
-	kc, err := kubeconfig("https://"+o.APIServerEndpoint, p.skewgateCA, p.certFile, p.keyFile)
-	if err != nil {
+	if c.kubeconfig, err = kubeconfig("https://"+o.APIServerEndpoint, p.skewgateCA, p.certFile, p.keyFile); err != nil {
 		return nil, err
 	}
+	return c, nil
+}
+
+// bootstrap is Envoy's rendered bootstrap and the SDS files it names, by file name in sdsDir.
+type bootstrap struct {
+	yaml   []byte
+	sdsDir string
+	sds    map[string][]byte
+}
+
+// renderBootstrap renders Envoy's bootstrap: ADS over the socket in the root-only directory.
+func renderBootstrap(o Options, p paths) (*bootstrap, error) {
 	// The admin API can stop Envoy or drain its listener: on a host-network pod a loopback port is
 	// open to every local user and pod, a socket in the root-only directory is not.
 	bo := xds.BootstrapOptions{NodeID: o.NodeName, NodeCluster: "skewgate-front", XDSAddress: p.xdsSocket, Delta: true,
@@ -93,11 +131,20 @@ func Render(o Options) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
+	return &bootstrap{yaml: append([]byte(header), by...), sdsDir: bo.SDSDir, sds: sds}, nil
+}
+
+// manifests are the RBAC to apply and the two static pods.
+type manifests struct {
+	rbac, skewgate, envoy []byte
+}
+
+func renderManifests(o Options, c *credentials) (*manifests, error) {
 	rbac, err := RBACYAML()
 	if err != nil {
 		return nil, err
 	}
-	sg, err := objectsYAML(o.skewgatePod(certPEM, node.ca))
+	sg, err := objectsYAML(o.skewgatePod(c.certPEM, c.node.ca))
 	if err != nil {
 		return nil, err
 	}
@@ -105,37 +152,42 @@ func Render(o Options) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	plan := &Plan{Issued: issued, Dirs: []Dir{
+	return &manifests{rbac: rbac, skewgate: sg, envoy: envoy}, nil
+}
+
+// newPlan lays out the directories and files in the order Apply writes them.
+func newPlan(o Options, p paths, c *credentials, b *bootstrap, m *manifests) *Plan {
+	plan := &Plan{Issued: c.issued, Dirs: []Dir{
 		{Path: o.ConfigDir, Mode: 0o755}, {Path: p.skewgateDir, Mode: 0o700}, {Path: p.envoyDir, Mode: 0o700},
 		{Path: o.SocketDir, Mode: 0o700}, {Path: o.ManifestsDir, Mode: 0o700, Foreign: true},
 	}}
 	// Keys before their certificates: Envoy reloads a pair on each move into its directory, and a
 	// new key with the old certificate is refused (it keeps the old pair) until the certificate follows.
 	plan.Files = []File{
-		{Path: p.keyFile, Mode: 0o600, Data: keyPEM, Secret: true},
-		{Path: p.certFile, Mode: 0o644, Data: certPEM},
-		{Path: p.skewgateCA, Mode: 0o644, Data: node.ca},
-		{Path: p.kubeconfig, Mode: 0o600, Data: kc},
-		{Path: p.envoyCA, Mode: 0o644, Data: node.ca},
-		{Path: p.servingKey, Mode: 0o600, Data: node.servingKey, Secret: true},
-		{Path: p.servingCert, Mode: 0o644, Data: node.servingCert},
-		{Path: p.proxyKey, Mode: 0o600, Data: node.proxyKey, Secret: true},
-		{Path: p.proxyCert, Mode: 0o644, Data: node.proxyCert},
-		{Path: p.bootstrap, Mode: 0o644, Data: append([]byte(header), by...)},
+		{Path: p.keyFile, Mode: 0o600, Data: c.keyPEM, Secret: true},
+		{Path: p.certFile, Mode: 0o644, Data: c.certPEM},
+		{Path: p.skewgateCA, Mode: 0o644, Data: c.node.ca},
+		{Path: p.kubeconfig, Mode: 0o600, Data: c.kubeconfig},
+		{Path: p.envoyCA, Mode: 0o644, Data: c.node.ca},
+		{Path: p.servingKey, Mode: 0o600, Data: c.node.servingKey, Secret: true},
+		{Path: p.servingCert, Mode: 0o644, Data: c.node.servingCert},
+		{Path: p.proxyKey, Mode: 0o600, Data: c.node.proxyKey, Secret: true},
+		{Path: p.proxyCert, Mode: 0o644, Data: c.node.proxyCert},
+		{Path: p.bootstrap, Mode: 0o644, Data: b.yaml},
 	}
-	if len(sds) > 0 {
-		plan.Dirs = append(plan.Dirs, Dir{Path: bo.SDSDir, Mode: 0o700})
+	if len(b.sds) > 0 {
+		plan.Dirs = append(plan.Dirs, Dir{Path: b.sdsDir, Mode: 0o700})
 	}
-	for _, name := range slices.Sorted(maps.Keys(sds)) {
-		plan.Files = append(plan.Files, File{Path: filepath.Join(bo.SDSDir, name), Mode: 0o644, Data: sds[name]})
+	for _, name := range slices.Sorted(maps.Keys(b.sds)) {
+		plan.Files = append(plan.Files, File{Path: filepath.Join(b.sdsDir, name), Mode: 0o644, Data: b.sds[name]})
 	}
 	plan.Files = append(plan.Files,
-		File{Path: filepath.Join(o.ConfigDir, RBACFile), Mode: 0o644, Data: rbac},
+		File{Path: filepath.Join(o.ConfigDir, RBACFile), Mode: 0o644, Data: m.rbac},
 		// The pods last: when the kubelet starts them, everything they mount is in place.
-		File{Path: filepath.Join(o.ManifestsDir, "skewgate.yaml"), Mode: 0o600, Data: sg},
-		File{Path: filepath.Join(o.ManifestsDir, "skewgate-envoy.yaml"), Mode: 0o600, Data: envoy},
+		File{Path: filepath.Join(o.ManifestsDir, "skewgate.yaml"), Mode: 0o600, Data: m.skewgate},
+		File{Path: filepath.Join(o.ManifestsDir, "skewgate-envoy.yaml"), Mode: 0o600, Data: m.envoy},
 	)
-	return plan, nil
+	return plan
 }
 
 // RBACYAML is the RBAC of RBAC() as the command writes it to ConfigDir/RBACFile.

@@ -39,8 +39,9 @@ type TopologyView struct {
 	Skewed   []discovery.SkewedResource `json:"skewed"`
 	// OpenAPI lists the OpenAPI v3 documents that do not take the default route.
 	OpenAPI []discovery.OpenAPIKeyDecision `json:"openapi,omitempty"`
-	// Unexpressed are the skewed keys of Envoy's snapshot without a route of their own: ext_proc
-	// decides them; while it fails open they take the default route.
+	// Unexpressed are the rows of the decision table (skewed resource keys, OpenAPI v3 documents)
+	// that Envoy's snapshot has no route of its own for: ext_proc decides them; while it fails open
+	// they take the default route (OpenAPI documents: the schema routes).
 	Unexpressed []xds.UnexpressedKey `json:"unexpressed,omitempty"`
 }
 

@@ -85,7 +85,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"reason"}),
 		unexpressed: f.NewGauge(prometheus.GaugeOpts{
 			Name: "skewgate_xds_unexpressed_keys",
-			Help: "Skewed resource keys of the published snapshot that Envoy's route table cannot carry: ext_proc decides them, and while it fails open they take the default route. Each is logged and listed by skewgate topology.",
+			Help: "Rows of the decision table that the published snapshot's route table cannot carry, skewed resource keys and OpenAPI v3 documents: ext_proc decides them, and while it fails open they take the default route (OpenAPI documents: the schema routes). Each is logged and listed by skewgate topology.",
 		}),
 		gatedStreams: f.NewGauge(prometheus.GaugeOpts{
 			Name: "skewgate_xds_gated_streams",

@@ -2,8 +2,6 @@ package xds
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -18,14 +16,11 @@ import (
 	listenerservice "github.com/envoyproxy/go-control-plane/envoy/service/listener/v3"
 	routeservice "github.com/envoyproxy/go-control-plane/envoy/service/route/v3"
 	secretservice "github.com/envoyproxy/go-control-plane/envoy/service/secret/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
-	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
-	"google.golang.org/protobuf/proto"
 	"k8s.io/utils/clock"
 
 	"github.com/skewgate/skewgate/discovery"
@@ -79,6 +74,7 @@ type Server struct {
 	xds   serverv3.Server
 
 	seq      int
+	hasher   *merkle
 	lastHash string
 	// retained holds clusters that left the Topology, until their time is up.
 	retained map[string]retainedCluster
@@ -88,7 +84,8 @@ type Server struct {
 	mu      sync.Mutex
 	version string
 	changed chan struct{}
-	// unexpressed are the skewed keys of the published snapshot without routes of their own.
+	// unexpressed are the rows of the decision table the published snapshot has no route of its own
+	// for (skewed resource keys, OpenAPI v3 documents).
 	unexpressed []UnexpressedKey
 }
 
@@ -127,6 +124,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		cfg: cfg, log: log, m: m,
 		cache:    newSnapshotCache(zapLogger{log.Named("cache")}), // snapshotcache.go: SotW SDS answered by name
 		acks:     newAcks(log, m, cfg.Clock, cfg.AckTimeout),
+		hasher:   newMerkle(),
 		retained: map[string]retainedCluster{},
 		last:     map[string]*clusterv3.Cluster{},
 		changed:  make(chan struct{}),
@@ -150,8 +148,8 @@ func (s *Server) Register(g *grpc.Server) {
 // cluster its decisions name is in every counted Envoy; ext_proc reads nothing else.
 func (s *Server) Current() *discovery.Topology { return s.acks.currentTopology() }
 
-// Unexpressed lists the skewed keys of the published snapshot that have no route of their own in
-// Envoy's route table, with the reason.
+// Unexpressed lists the rows of the decision table (skewed resource keys, OpenAPI v3 documents) that
+// have no route of their own in the published snapshot's route table, with the reason.
 func (s *Server) Unexpressed() []UnexpressedKey {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -199,133 +197,6 @@ func (s *Server) Run(ctx context.Context) error {
 		case <-expired:
 		}
 	}
-}
-
-// publish translates t and sets the snapshot. It returns when the next retained cluster expires
-// (zero if none is retained).
-func (s *Server) publish(ctx context.Context, t *discovery.Topology) time.Time {
-	start := s.cfg.Clock.Now()
-	rs, err := Translate(t, s.cfg.Options)
-	if err != nil {
-		s.m.publishes.WithLabelValues(publishFailed).Inc()
-		s.log.Error("translation failed; Envoy keeps the last good configuration", zap.Error(err), zap.String("topology", topologyVersion(t)))
-		return s.nextExpiry()
-	}
-	now := s.cfg.Clock.Now()
-	// Clusters that left the Topology keep serving requests already routed to them for the grace
-	// period; a cluster that comes back is current again.
-	current := make(map[string]*clusterv3.Cluster, len(rs.Clusters))
-	for _, c := range rs.Clusters {
-		current[c.Name] = c
-		delete(s.retained, c.Name)
-	}
-	for name, c := range s.last {
-		if current[name] == nil {
-			s.retained[name] = retainedCluster{c: c, until: now.Add(s.cfg.Grace)}
-		}
-	}
-	s.last = current
-	for name, r := range s.retained {
-		if !now.Before(r.until) {
-			delete(s.retained, name)
-			continue
-		}
-		rs.Clusters = append(rs.Clusters, r.c)
-	}
-	s.m.retained.Set(float64(len(s.retained)))
-	slices.SortFunc(rs.Clusters, func(a, b *clusterv3.Cluster) int { return cmpString(a.Name, b.Name) })
-
-	resources := map[resourcev3.Type][]types.Resource{
-		resourcev3.ClusterType:  toResources(rs.Clusters),
-		resourcev3.RouteType:    toResources(rs.Routes),
-		resourcev3.ListenerType: toResources(rs.Listeners),
-		resourcev3.SecretType:   toResources(rs.Secrets),
-	}
-	hash, err := contentHash(resources)
-	if err != nil {
-		s.m.publishes.WithLabelValues(publishFailed).Inc()
-		s.log.Error("hashing resources failed", zap.Error(err))
-		return s.nextExpiry()
-	}
-	if hash == s.lastHash {
-		// The same snapshot: t decides exactly as the Topology it was translated from.
-		s.acks.replaceLatest(t)
-		s.m.publishes.WithLabelValues(publishUnchanged).Inc()
-		return s.nextExpiry()
-	}
-	s.seq++
-	version := s.cfg.VersionPrefix + "-" + strconv.Itoa(s.seq)
-	snap, err := cachev3.NewSnapshot(version, resources)
-	if err == nil {
-		err = snap.Consistent()
-	}
-	if err == nil {
-		// Record the clusters before Envoy can ACK them.
-		s.acks.publish(version, rs.ClusterNames(), t)
-		err = s.cache.SetSnapshot(ctx, nodeGroup, snap)
-	}
-	if err != nil {
-		s.m.publishes.WithLabelValues(publishFailed).Inc()
-		s.log.Error("snapshot rejected; Envoy keeps the last good configuration", zap.Error(err))
-		return s.nextExpiry()
-	}
-	s.lastHash = hash
-	s.m.publishes.WithLabelValues(publishOK).Inc()
-	s.m.translate.Observe(s.cfg.Clock.Since(start).Seconds())
-	s.m.clusters.Set(float64(len(rs.Clusters)))
-	s.log.Info("published", zap.String("version", version), zap.String("topology", topologyVersion(t)),
-		zap.Int("clusters", len(rs.Clusters)), zap.Int("retained", len(s.retained)))
-	s.m.unexpressed.Set(float64(len(rs.Unexpressed)))
-	for _, u := range rs.Unexpressed {
-		s.log.Warn("decision without a route of its own in Envoy: ext_proc decides it; failing open it takes the default (or schema) route",
-			zap.String("version", version), zap.String("key", u.String()), zap.String("reason", u.Reason))
-	}
-
-	s.mu.Lock()
-	s.version = version
-	s.unexpressed = rs.Unexpressed
-	close(s.changed)
-	s.changed = make(chan struct{})
-	s.mu.Unlock()
-	return s.nextExpiry()
-}
-
-func (s *Server) nextExpiry() time.Time {
-	var next time.Time
-	for _, r := range s.retained {
-		if next.IsZero() || r.until.Before(next) {
-			next = r.until
-		}
-	}
-	return next
-}
-
-func toResources[M types.Resource](in []M) []types.Resource {
-	out := make([]types.Resource, len(in))
-	for i, r := range in {
-		out[i] = r
-	}
-	return out
-}
-
-// hashOrder fixes the order in which contentHash reads the resource types.
-var hashOrder = []resourcev3.Type{resourcev3.ListenerType, resourcev3.RouteType, resourcev3.ClusterType, resourcev3.SecretType}
-
-// contentHash identifies the resources of a snapshot, so an unchanged translation publishes nothing.
-func contentHash(resources map[resourcev3.Type][]types.Resource) (string, error) {
-	h := sha256.New()
-	opts := proto.MarshalOptions{Deterministic: true}
-	for _, typ := range hashOrder {
-		for _, r := range resources[typ] {
-			b, err := opts.Marshal(r)
-			if err != nil {
-				return "", err
-			}
-			h.Write(strconv.AppendInt(nil, int64(len(b)), 10))
-			h.Write(b)
-		}
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 func topologyVersion(t *discovery.Topology) string {
