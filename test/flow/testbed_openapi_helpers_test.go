@@ -125,30 +125,6 @@ func counter(t *testing.T, reg prometheus.Gatherer, name string, labels map[stri
 	return sum
 }
 
-// decidedFromPublished says why tp does not decide OpenAPI from the indexes old and new publish,
-// "" when it does: every key both list under one hash passes through under it, every other key is
-// routed or answered under a hash one of them publishes for it, or served merged.
-func decidedFromPublished(tp *discovery.Topology, old, neu *openapi.Index) string {
-	for _, idx := range []*openapi.Index{old, neu} {
-		for key, h := range idx.Keys {
-			d := tp.DecideOpenAPI(key)
-			switch {
-			case old.Keys[key] == neu.Keys[key]:
-				if d != (discovery.OpenAPIDecision{Action: discovery.ActionDefault, Hash: h}) {
-					return fmt.Sprintf("%s, listed by both under %.16s…, decided %+v", key, h, d)
-				}
-			case d.Action == discovery.ActionServe:
-				if m := tp.OpenAPIMerged(key); m == nil || m.Hash != d.Hash {
-					return fmt.Sprintf("%s served %+v without its merged document", key, d)
-				}
-			case d.Action == discovery.ActionDefault || d.Hash != old.Keys[key] && d.Hash != neu.Keys[key]:
-				return fmt.Sprintf("%s, listed under %.16s… by old, %.16s… by new, decided %+v", key, old.Keys[key], neu.Keys[key], d)
-			}
-		}
-	}
-	return ""
-}
-
 // fetchedFromBoth says why the controller of reg has not fetched the OpenAPI index of both its
 // ready upstreams, "" when it has. A worker fetches its upstream's index right after discovery and
 // before the first probe, so with both upstreams ready and capable, no failed fetch of any kind and
