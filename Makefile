@@ -54,7 +54,7 @@ fuzz:
 	$(GO) test ./decision -run '^$$' -fuzz '^FuzzClassify$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./test/equivalence -run '^$$' -fuzz '^FuzzRouteTableMatchesExtProc$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./extproc -run '^$$' -fuzz '^FuzzOpenAPIPath$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./discovery -run '^$$' -fuzz '^FuzzSplitObject$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./openapi -run '^$$' -fuzz '^FuzzSplitObject$$' -fuzztime $(FUZZTIME)
 
 # Unit tests only: no testbed, no binaries.
 test-unit:

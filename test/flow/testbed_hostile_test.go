@@ -1,4 +1,4 @@
-package discovery
+package flow
 
 import (
 	"crypto/tls"
@@ -29,9 +29,14 @@ import (
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	certutil "k8s.io/client-go/util/cert"
+	"k8s.io/utils/clock"
 
+	"github.com/skewgate/skewgate/discovery"
+	"github.com/skewgate/skewgate/openapi"
 	"github.com/skewgate/skewgate/test/testbed"
 )
+
+var apiServices = schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}
 
 const (
 	evilGroup = "evil.skewgate.test"
@@ -83,7 +88,7 @@ func (h *hostileAggregated) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			evilGroup, res, strings.TrimSuffix(res, "s"))
 	case "/openapi/v3":
 		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprintf(w, `{"paths":{%q:{"serverRelativeURL":"/openapi/v3/%s?hash=%s"}}}`, evilKey, evilKey, sha512Hex(h.doc(apiserver, true)))
+		fmt.Fprintf(w, `{"paths":{%q:{"serverRelativeURL":"/openapi/v3/%s?hash=%s"}}}`, evilKey, evilKey, openapi.Hash(h.doc(apiserver, true)))
 	case "/openapi/v3/" + evilKey:
 		user := r.Header.Get("X-Remote-User")
 		h.mu.Lock()
@@ -91,7 +96,7 @@ func (h *hostileAggregated) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.mu.Unlock()
 		body := h.doc(apiserver, user == h.skewgateUser)
 		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Etag", strconv.Quote(sha512Hex(body)))
+		w.Header().Set("Etag", strconv.Quote(openapi.Hash(body)))
 		w.Write(body)
 	default:
 		http.NotFound(w, r)
@@ -132,29 +137,71 @@ func TestTestbedHostileAggregatedAPI(t *testing.T) {
 
 	cfg := tb.RESTConfig(old.URL(), testbed.AdminByToken)
 	subnet := netip.PrefixFrom(netip.MustParseAddr(neu.IP.String()), 24).Masked()
-	c, err := New(Config{
+	reg := prometheus.NewRegistry()
+	c, err := discovery.New(discovery.Config{
 		Client:        kubernetes.NewForConfigOrDie(cfg),
 		Metadata:      metadata.NewForConfigOrDie(cfg),
 		Upstream:      cfg,
-		Static:        []StaticUpstream{{Name: "old", Address: old.Address()}},
-		Policy:        AddressPolicy{CIDRs: []netip.Prefix{subnet}},
+		Static:        []discovery.StaticUpstream{{Name: "old", Address: old.Address()}},
+		Policy:        discovery.AddressPolicy{CIDRs: []netip.Prefix{subnet}},
 		ProbeInterval: 200 * time.Millisecond,
 		PollInterval:  2 * time.Second,
 		Logger:        zaptest.NewLogger(t),
-		Registry:      prometheus.NewRegistry(),
+		Registry:      reg,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := runController(t, c)
-	before := waitForWithin(t, c, time.Minute, "both upstreams with OpenAPI", func(tp *Topology) bool {
+	ctx := startController(t, c)
+	// What each apiserver publishes, through a Store of the test's own: it fetches indexes only.
+	store := openapi.NewStore(openapi.StoreConfig{MaxBytes: 64 << 20, MaxDocumentBytes: 8 << 20, RequestTimeout: 30 * time.Second,
+		Clock: clock.RealClock{}, Metrics: newStoreMetrics(), ErrorType: errorType})
+	getters := map[string]openapi.Getter{"old": openAPIGetter(t, cfg, old.Address()), "new": openAPIGetter(t, cfg, neu.Address())}
+	published := func() map[string]*openapi.Index {
+		idx := map[string]*openapi.Index{}
+		for name, get := range getters {
+			store.Add(name)
+			store.Fetch(ctx, name, get, zaptest.NewLogger(t))
+			if idx[name] = store.Index(name); idx[name] == nil {
+				t.Fatalf("%s: no OpenAPI index fetched", name)
+			}
+		}
+		return idx
+	}
+	var idx map[string]*openapi.Index // fetched once the hostile APIService is decided
+	why := "no Topology"
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("last OpenAPI decisions: %s", why)
+			for name, idx := range published() {
+				t.Logf("%s publishes %s under %.16s…", name, evilKey, idx.Keys[evilKey])
+			}
+		}
+	})
+	before := waitFor(t, c, time.Minute, "both upstreams with OpenAPI", func(tp *discovery.Topology) bool {
 		o, ok1 := tp.Upstream("old")
 		n, ok2 := tp.Upstream("new")
-		return ok1 && ok2 && o.Ready && n.Ready && c.openapi.Index("old") != nil && c.openapi.Index("new") != nil && tp.OpenAPIIndex() != nil
+		if !ok1 || !ok2 || !o.Ready || !n.Ready || !o.Capabilities || !n.Capabilities {
+			why = "not both ready and capable"
+			return false
+		}
+		why = fetchedFromBoth(t, reg)
+		return why == "" && tp.OpenAPIIndex() != nil
 	})
 
 	// The apiservers label every APIService they register for themselves (built-in groups, CRDs).
-	if agg := aggregatedAPIs(c.apiServices()); len(agg) != 0 {
+	apiServiceList := func() []*metav1.PartialObjectMetadata {
+		l, err := metadata.NewForConfigOrDie(cfg).Resource(apiServices).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := make([]*metav1.PartialObjectMetadata, len(l.Items))
+		for i := range l.Items {
+			out[i] = &l.Items[i]
+		}
+		return out
+	}
+	if agg := openapi.AggregatedAPIs(apiServiceList()); len(agg) != 0 {
 		t.Errorf("aggregated APIs of plain apiservers: %v, want none", agg)
 	}
 
@@ -174,46 +221,46 @@ func TestTestbedHostileAggregatedAPI(t *testing.T) {
 			"service": map[string]any{"namespace": "default", "name": "hostile", "port": int64(portN)},
 		},
 	}}
-	apiServices := schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}
 	if _, err := dynamic.NewForConfigOrDie(cfg).Resource(apiServices).Create(ctx, apiService, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 
-	// Both apiservers list the hostile key, each with the hash of the document it would give skewgate.
-	for _, name := range []string{"old", "new"} {
-		want := sha512Hex(hostile.doc(name, true))
-		poll(t, 2*time.Minute, name+"'s index listing "+evilKey, func() bool { return c.openapi.Index(name).Keys[evilKey] == want })
-	}
-	if agg := aggregatedAPIs(c.apiServices()); !slices.Equal(agg, []string{evilGroup + "/v1"}) {
+	if agg := openapi.AggregatedAPIs(apiServiceList()); !slices.Equal(agg, []string{evilGroup + "/v1"}) {
 		t.Errorf("aggregated APIs %v, want %s/v1", agg, evilGroup)
 	}
-	widgets := ResourceKey{Group: evilGroup, Version: "v1", Resource: "widgets"}
-	gadgets := ResourceKey{Group: evilGroup, Version: "v1", Resource: "gadgets"}
+	widgets := discovery.ResourceKey{Group: evilGroup, Version: "v1", Resource: "widgets"}
+	gadgets := discovery.ResourceKey{Group: evilGroup, Version: "v1", Resource: "gadgets"}
 	// Decided: merged from what skewgate was served (what a front without the rule does once it has
-	// fetched both documents), or routed only.
-	after := waitForWithin(t, c, time.Minute, "the hostile group-version decided", func(tp *Topology) bool {
+	// fetched both documents), or routed only. Either needs both indexes, as discovery holds them, to
+	// list the key under two hashes: one hash would be routed to its own upstreams, no merge needed.
+	after := waitFor(t, c, 3*time.Minute, "the hostile group-version decided", func(tp *discovery.Topology) bool {
 		d := tp.DecideOpenAPI(evilKey)
+		why = fmt.Sprintf("%s: %+v (routed only: %q); widgets %+v, gadgets %+v", evilKey, d, tp.OpenAPIRoutedOnly()[evilKey], tp.Decide(widgets, "list"), tp.Decide(gadgets, "list"))
 		return tp.Decide(widgets, "list").Set == "old" && tp.Decide(gadgets, "list").Set == "new" &&
-			(d.Action == ActionServe || tp.OpenAPIRoutedOnly()[evilKey] != "")
+			(d.Action == discovery.ActionServe || tp.OpenAPIRoutedOnly()[evilKey] != "")
 	})
+	// Both apiservers list the hostile key, each with the hash of the document it would give skewgate.
+	idx = published()
+	for _, name := range []string{"old", "new"} {
+		if got, want := idx[name].Keys[evilKey], openapi.Hash(hostile.doc(name, true)); got != want {
+			t.Errorf("%s's index lists %s under %.16s…, want the hostile server's %.16s…", name, evilKey, got, want)
+		}
+	}
 
 	d := after.DecideOpenAPI(evilKey)
-	if d.Action != ActionRoute || after.OpenAPIMerged(evilKey) != nil {
+	if d.Action != discovery.ActionRoute || after.OpenAPIMerged(evilKey) != nil {
 		t.Errorf("%s: %+v, merged %v; want routed", evilKey, d, after.OpenAPIMerged(evilKey) != nil)
 	}
 	if r := after.OpenAPIRoutedOnly()[evilKey]; !strings.Contains(r, "aggregated APIService") {
 		t.Errorf("%s: routed only %q, want for an aggregated APIService", evilKey, r)
 	}
-	if published := []string{c.openapi.Index("old").Keys[evilKey], c.openapi.Index("new").Keys[evilKey]}; d.Hash != published[0] && d.Hash != published[1] {
+	if d.Hash != idx["old"].Keys[evilKey] && d.Hash != idx["new"].Keys[evilKey] {
 		t.Errorf("the front's index names %.16s…, no apiserver publishes it", d.Hash)
 	}
+	// Nothing fetched, so nothing held: a document is held only once discovery fetched it, as
+	// skewgate's user (shared under one hash or not).
 	if n := hostile.requests(testbed.AdminUser); n != 0 {
 		t.Errorf("skewgate fetched the hostile document %d times", n)
-	}
-	for _, name := range []string{"old", "new"} {
-		if heldDoc(c, name, evilKey) != nil {
-			t.Errorf("%s holds a hostile document", name)
-		}
 	}
 	// Nothing of another key changed.
 	for _, kd := range before.OpenAPIDecisions() {
@@ -221,13 +268,13 @@ func TestTestbedHostileAggregatedAPI(t *testing.T) {
 			t.Errorf("%s: %+v, before the hostile APIService %+v", kd.Key, got, kd.OpenAPIDecision)
 		}
 	}
-	var idx struct {
+	var front struct {
 		Paths map[string]json.RawMessage `json:"paths"`
 	}
-	if err := json.Unmarshal(after.OpenAPIIndex().JSON, &idx); err != nil {
+	if err := json.Unmarshal(after.OpenAPIIndex().JSON, &front); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := idx.Paths[evilKey]; !ok {
+	if _, ok := front.Paths[evilKey]; !ok {
 		t.Errorf("the front's index lacks %s", evilKey)
 	}
 	// The attack is real: another user, through the same apiserver and under the same hash, gets
@@ -236,13 +283,13 @@ func TestTestbedHostileAggregatedAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := other.Get(old.URL() + "/openapi/v3/" + evilKey + "?hash=" + c.openapi.Index("old").Keys[evilKey])
+	resp, err := other.Get(old.URL() + "/openapi/v3/" + evilKey + "?hash=" + idx["old"].Keys[evilKey])
 	if err != nil {
 		t.Fatal(err)
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || sha512Hex(body) == c.openapi.Index("old").Keys[evilKey] || !strings.Contains(string(body), "everyone") {
+	if resp.StatusCode != http.StatusOK || openapi.Hash(body) == idx["old"].Keys[evilKey] || !strings.Contains(string(body), "everyone") {
 		t.Errorf("another user got %s, %d bytes %.60q; want the hostile server's other document", resp.Status, len(body), body)
 	}
 	t.Logf("hostile key %s: %s to %s; document requests by skewgate %d, by others %d", evilKey, d.Action, d.Set,
