@@ -52,7 +52,7 @@ FUZZTIME ?= 25s
 .PHONY: fuzz
 fuzz:
 	$(GO) test ./decision -run '^$$' -fuzz '^FuzzClassify$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./test/equivalence -run '^$$' -fuzz '^FuzzRouteTableMatchesExtProc$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./test/equivalence -run '^$$' -fuzz '^FuzzRouteTableMatchesDecisionTable$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./extproc -run '^$$' -fuzz '^FuzzOpenAPIPath$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./openapi -run '^$$' -fuzz '^FuzzSplitObject$$' -fuzztime $(FUZZTIME)
 

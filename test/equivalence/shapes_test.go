@@ -98,7 +98,7 @@ func keyPaths(f *fixture) []string {
 	return out
 }
 
-func TestRouteTableMatchesExtProc(t *testing.T) {
+func TestRouteTableMatchesDecisionTable(t *testing.T) {
 	f := newFixture(t)
 	counts := map[string]int{}
 	check := func(method, path string) {
@@ -146,7 +146,7 @@ func TestRouteTableMatchesExtProc(t *testing.T) {
 	}
 }
 
-func FuzzRouteTableMatchesExtProc(f *testing.F) {
+func FuzzRouteTableMatchesDecisionTable(f *testing.F) {
 	fx := newFixture(f)
 	for _, s := range classifierSeeds {
 		f.Add(s.method, s.path, false, false)
