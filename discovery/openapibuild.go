@@ -10,23 +10,6 @@ import (
 	"github.com/skewgate/skewgate/openapi"
 )
 
-// compareVersions orders a before b when a is newer; an unparsable version (nil) is the oldest.
-func compareVersions(a, b *utilversion.Version) int {
-	switch {
-	case a == nil && b == nil:
-		return 0
-	case a == nil:
-		return 1
-	case b == nil:
-		return -1
-	case b.LessThan(a):
-		return -1
-	case a.LessThan(b):
-		return 1
-	}
-	return 0
-}
-
 // coverageByGV is, per group-version of the merged discovery, who serves every one of its resource
 // keys (subresources included) and how many of them each upstream serves.
 func coverageByGV(caps map[ResourceKey]*capability, n int) openapi.Coverage {

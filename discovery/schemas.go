@@ -2,6 +2,8 @@ package discovery
 
 import (
 	utilversion "k8s.io/apimachinery/pkg/util/version"
+
+	"github.com/skewgate/skewgate/internal/kubeversion"
 )
 
 // The API schemas (OpenAPI: /openapi/v2, /openapi/v3 and every document under it) describe what an
@@ -41,13 +43,13 @@ func schemaSet(ups []Upstream, keys int) (members []string, all bool) {
 }
 
 // newest returns the names of the upstreams of the highest version; an unparsable version is the
-// lowest (compareVersions).
+// lowest (kubeversion.NewerFirst).
 func newest(ups []Upstream) []string {
 	var best *utilversion.Version
 	var out []string
 	for _, u := range ups {
 		v, _ := utilversion.ParseGeneric(u.Version)
-		switch c := compareVersions(v, best); {
+		switch c := kubeversion.NewerFirst(v, best); {
 		case len(out) == 0 || c < 0:
 			best, out = v, []string{u.Name}
 		case c == 0:

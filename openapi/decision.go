@@ -8,6 +8,8 @@ import (
 
 	utilversion "k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/kube-openapi/pkg/handler3"
+
+	"github.com/skewgate/skewgate/internal/kubeversion"
 )
 
 // The decision rule. Every apiserver publishes an index, /openapi/v3, that names one document per
@@ -156,7 +158,7 @@ type group struct {
 }
 
 func (g *group) add(i int, u *Upstream) {
-	if g.size == 0 || compareVersions(u.Version, g.version) < 0 {
+	if g.size == 0 || kubeversion.NewerFirst(u.Version, g.version) < 0 {
 		g.version = u.Version
 	}
 	g.members.Add(i)
@@ -164,27 +166,10 @@ func (g *group) add(i int, u *Upstream) {
 	g.ready = g.ready || u.Ready
 }
 
-// compareVersions orders a before b when a is newer; an unparsable version (nil) is the oldest.
-func compareVersions(a, b *utilversion.Version) int {
-	switch {
-	case a == nil && b == nil:
-		return 0
-	case a == nil:
-		return 1
-	case b == nil:
-		return -1
-	case b.LessThan(a):
-		return -1
-	case a.LessThan(b):
-		return 1
-	}
-	return 0
-}
-
 // compareGroups is the choice order of groups: the highest version, then the most members, then the
 // smallest hash.
 func compareGroups(a, b *group) int {
-	if c := compareVersions(a.version, b.version); c != 0 {
+	if c := kubeversion.NewerFirst(a.version, b.version); c != 0 {
 		return c
 	}
 	if a.size != b.size {

@@ -11,89 +11,25 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/skewgate/skewgate/internal/openapitest"
 )
 
-// docView is what a test reads back from a merged document.
-type docView struct {
-	Paths      map[string]json.RawMessage `json:"paths"`
-	Components struct {
-		Schemas map[string]json.RawMessage `json:"schemas"`
-	} `json:"components"`
-	Info json.RawMessage `json:"info"`
-}
+// The shared readers of OpenAPI documents (internal/openapitest).
+type docView = openapitest.DocView
 
-func viewDoc(t *testing.T, data []byte) docView {
-	t.Helper()
-	var v docView
-	if err := json.Unmarshal(data, &v); err != nil {
-		t.Fatal(err)
-	}
-	return v
-}
+var viewDoc = openapitest.ViewDoc
 
-// findKind finds a kind's schema the way kubectl explain's plaintext template does: the GVK of the
-// resource's path item (get), then the schema whose x-kubernetes-group-version-kind lists it.
-func findKind(t *testing.T, v docView, resourcePath string, want gvk) string {
+func findKind(t testing.TB, v docView, resourcePath string, want gvk) string {
 	t.Helper()
-	var item struct {
-		Get struct {
-			GVK gvk `json:"x-kubernetes-group-version-kind"`
-		} `json:"get"`
-	}
-	raw, ok := v.Paths[resourcePath]
-	if !ok {
-		t.Errorf("no path %s", resourcePath)
-		return ""
-	}
-	if err := json.Unmarshal(raw, &item); err != nil {
-		t.Fatal(err)
-	}
-	if item.Get.GVK != want {
-		t.Errorf("%s: GVK %+v, want %+v", resourcePath, item.Get.GVK, want)
-	}
-	for _, name := range slices.Sorted(maps.Keys(v.Components.Schemas)) {
-		var s struct {
-			GVKs []gvk `json:"x-kubernetes-group-version-kind"`
-		}
-		if err := json.Unmarshal(v.Components.Schemas[name], &s); err != nil {
-			t.Fatal(err)
-		}
-		if slices.Contains(s.GVKs, want) {
-			return name
-		}
-	}
-	t.Errorf("no schema for %+v", want)
-	return ""
+	return openapitest.FindKind(t, v, resourcePath, openapitest.GVK(want))
 }
 
 // splitDoc returns a copy of data without the paths containing any of drop and the schemas whose name
 // starts with any of dropSchemas, as a document of its own (its own bytes and hash).
 func splitDoc(t testing.TB, in *Spec, drop, dropSchemas []string, built time.Time) *Spec {
 	t.Helper()
-	var top map[string]any
-	if err := json.Unmarshal(in.JSON, &top); err != nil {
-		t.Fatal(err)
-	}
-	paths := top["paths"].(map[string]any)
-	for p := range paths {
-		for _, d := range drop {
-			if strings.Contains(p, d) {
-				delete(paths, p)
-			}
-		}
-	}
-	schemas := top["components"].(map[string]any)["schemas"].(map[string]any)
-	for name := range schemas {
-		for _, d := range dropSchemas {
-			if strings.HasPrefix(name, d) {
-				delete(schemas, name)
-			}
-		}
-	}
-	data, err := json.Marshal(top)
-	if err != nil {
-		t.Fatal(err)
-	}
+	data := openapitest.SplitDoc(t, in.JSON, drop, dropSchemas)
 	return &Spec{JSON: data, Hash: Hash(data), Built: built}
 }
 
