@@ -32,6 +32,20 @@ func latRow(verb string, rate int, direct bool) figure {
 	return figure{bench, text, args}
 }
 
+// commonCost is the stand-in front's median over the direct one for configmaps (every apiserver
+// serves it) at verb and rate.
+func commonCost(verb string, rate int) value {
+	m := func(target string) value {
+		return at(fmt.Sprintf("latency.[Target^=%s.;Resource=configmaps;Verb=%s;Rate=%d].P50", target, verb, rate))
+	}
+	return ratio(m("c"), m("a"))
+}
+
+// commonCosts is commonCost at 50/s and 200/s, GET and LIST.
+func commonCosts() []value {
+	return []value{commonCost("GET", 50), commonCost("LIST", 50), commonCost("GET", 200), commonCost("LIST", 200)}
+}
+
 func bm(name, unit string) value { return at("benchmarks." + name + "." + unit) }
 
 const mib = 1.0 / (1 << 20)
@@ -121,6 +135,8 @@ var figures = []figure{
 
 	// make bench: the table.
 	latRow("GET", 200, true),
+	{bench, "the stand-in front costs %s-%sx the\ndirect median at 50-200/s and %sx (LIST) and %sx (GET) at 500/s",
+		[]arg{fx(1, extreme(-1, commonCosts()...)), fx(1, extreme(1, commonCosts()...)), fx(1, commonCost("LIST", 500)), fx(1, commonCost("GET", 500))}},
 	latRow("GET", 500, true),
 	latRow("LIST", 500, false),
 	{bench, "| SIGKILL of new: answers while down | | %s x 503, **%s x 404** | %s x 503, %s 404 |",

@@ -94,6 +94,23 @@ func sum(vs ...value) value {
 	}
 }
 
+// extreme is the smallest (sign -1) or largest (sign 1) of vs.
+func extreme(sign float64, vs ...value) value {
+	return func(doc any) (float64, error) {
+		best := math.NaN()
+		for _, v := range vs {
+			f, err := v(doc)
+			if err != nil {
+				return 0, err
+			}
+			if math.IsNaN(best) || sign*(f-best) > 0 {
+				best = f
+			}
+		}
+		return best, nil
+	}
+}
+
 // ifNone is v where every one of failures is 0 (README says "all 200" of v), an error otherwise.
 func ifNone(v value, failures ...string) value {
 	return func(doc any) (float64, error) {
