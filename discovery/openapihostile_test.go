@@ -107,3 +107,33 @@ func TestFetchOpenAPIRefusesUnverifiable(t *testing.T) {
 		t.Errorf("bytes not their hash: err %v, want %s", err, ErrIntegrity)
 	}
 }
+
+// A key that turns routed only when a second upstream lists it may keep its decision: its fallback
+// is the route it had while one upstream listed it. The reason alone changes, and it must publish a
+// new Topology (the fingerprint once left it out, so the first Topology that had both indexes was
+// never published when it came right after one with either).
+func TestOpenAPIFingerprintRoutedOnly(t *testing.T) {
+	facts := skewForMerge(t, true, true)
+	facts[1].AggregatedAPIs = []string{"admissionregistration.k8s.io/v1"}
+	routed := Build("t", time.Unix(100, 0), facts)
+	d := routed.DecideOpenAPI(keyAdmission)
+	if routed.OpenAPIRoutedOnly()[keyAdmission] == "" {
+		t.Fatalf("%s: not routed only (%+v)", keyAdmission, d)
+	}
+	// Only the upstreams of that route list the key: the same decision, nothing routed only.
+	listing := facts[slices.IndexFunc(facts, func(f UpstreamFacts) bool { return !slices.Contains(d.Set.Members(), f.Name) })].Name
+	one := skewForMerge(t, true, true)
+	one[1].AggregatedAPIs = facts[1].AggregatedAPIs
+	for i := range one {
+		if one[i].Name == listing {
+			one[i].OpenAPI = loadCaptured(t, one[i].Version).withoutKeys(keyAdmission)
+		}
+	}
+	single := Build("t", time.Unix(100, 0), one)
+	if got := single.DecideOpenAPI(keyAdmission); got != d || len(single.OpenAPIRoutedOnly()) != 0 {
+		t.Fatalf("with %s not listing %s: %+v, routed only %v; want %+v and none routed only", listing, keyAdmission, got, single.OpenAPIRoutedOnly(), d)
+	}
+	if fingerprint(single) == fingerprint(routed) {
+		t.Error("a key turned routed only and the fingerprint stayed: that Topology is never published")
+	}
+}

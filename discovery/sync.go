@@ -218,13 +218,16 @@ func fingerprint(t *Topology) [32]byte {
 		E1 string
 		E2 string
 		// OpenAPI: the non-default decisions (their hashes name merged documents too), the front's index
-		// (it names the default keys' hashes), and what the controller fetches and /debug shows.
+		// (it names the default keys' hashes), what the controller fetches, and why a key is degraded
+		// or routed only. A key that turns routed only may keep its decision (its fallback is the route
+		// it had while one upstream listed it): its reason alone must publish.
 		OD []OpenAPIKeyDecision
 		OI string
 		OW map[string][]string
 		OG map[string]string
+		OR map[string]string
 	}{t.Upstreams, t.Unproven, t.Ignored, t.Sets, t.Skewed(), t.API.ETag, t.APIs.ETag,
-		t.OpenAPIDecisions(), openAPIIndexHash(t), t.OpenAPIWants(), t.OpenAPIDegraded()})
+		t.OpenAPIDecisions(), openAPIIndexHash(t), t.OpenAPIWants(), t.OpenAPIDegraded(), t.OpenAPIRoutedOnly()})
 	if err != nil {
 		panic(err)
 	}
