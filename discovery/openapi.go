@@ -28,10 +28,12 @@ type OpenAPIDecision struct {
 	Hash string
 }
 
-// OpenAPIKeyDecision is a key and its decision.
+// OpenAPIKeyDecision is a key and its decision, with why it is not merged at the front where it
+// would need a merge (OpenAPIRoutedOnly, OpenAPIDegraded).
 type OpenAPIKeyDecision struct {
 	Key string `json:"key"`
 	OpenAPIDecision
+	Why string `json:"why,omitempty"`
 }
 
 // openAPIView is the part of a Topology about OpenAPI v3. The zero value passes everything through.
@@ -61,7 +63,7 @@ func (t *Topology) OpenAPIDecisions() []OpenAPIKeyDecision {
 	var out []OpenAPIKeyDecision
 	for k, d := range t.openapi.decisions {
 		if d.Action != ActionDefault {
-			out = append(out, OpenAPIKeyDecision{Key: k, OpenAPIDecision: d})
+			out = append(out, OpenAPIKeyDecision{Key: k, OpenAPIDecision: d, Why: t.openAPIWhy(k)})
 		}
 	}
 	sortKeyDecisions(out)
@@ -79,6 +81,17 @@ func (t *Topology) OpenAPIDegraded() map[string]string { return t.openapi.degrad
 // OpenAPIRoutedOnly returns, per key that would need a merge but may not be merged (openapi/aggregated.go),
 // why: its decision routes to the fallback, and nothing is fetched or held for it.
 func (t *Topology) OpenAPIRoutedOnly() map[string]string { return t.openapi.routed }
+
+// openAPIWhy says why key, which needs a merge, is not served merged: routed only or degraded.
+func (t *Topology) openAPIWhy(key string) string {
+	if r := t.openapi.routed[key]; r != "" {
+		return "routed only: " + r
+	}
+	if r := t.openapi.degraded[key]; r != "" {
+		return "not merged yet: " + r
+	}
+	return ""
+}
 
 func sortKeyDecisions(ds []OpenAPIKeyDecision) {
 	slices.SortFunc(ds, func(a, b OpenAPIKeyDecision) int { return strings.Compare(a.Key, b.Key) })

@@ -278,7 +278,7 @@ func printTopology(w io.Writer, v serve.TopologyView) error {
 		}
 	}
 	if len(v.OpenAPI) > 0 {
-		fmt.Fprintf(tw, "\nOPENAPI V3 DOCUMENT\tHASH\tDECISION\tCLUSTER\n")
+		fmt.Fprintf(tw, "\nOPENAPI V3 DOCUMENT\tHASH\tDECISION\tCLUSTER\tWHY\n")
 		for _, d := range v.OpenAPI {
 			cluster := ""
 			if d.Set != "" {
@@ -287,7 +287,7 @@ func printTopology(w io.Writer, v serve.TopologyView) error {
 			if d.Action == discovery.ActionServe {
 				cluster = "merged at the front; failing open " + cluster
 			}
-			fmt.Fprintf(tw, "/openapi/v3/%s\t%.12s\t%s\t%s\n", d.Key, d.Hash, d.Action, cluster)
+			fmt.Fprintf(tw, "/openapi/v3/%s\t%.12s\t%s\t%s\t%s\n", d.Key, d.Hash, d.Action, cluster, d.Why)
 		}
 	}
 	return tw.Flush()

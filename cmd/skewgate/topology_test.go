@@ -16,13 +16,16 @@ func TestPrintTopologyShowsOpenAPI(t *testing.T) {
 	v := serve.TopologyView{OpenAPI: []discovery.OpenAPIKeyDecision{
 		{Key: "apis/apps/v1", OpenAPIDecision: discovery.OpenAPIDecision{Action: discovery.ActionRoute, Set: "new", Hash: "E6837BF046F7D2603C"}},
 		{Key: "apis/x.io/v1", OpenAPIDecision: discovery.OpenAPIDecision{Action: discovery.ActionServe, Set: "old", Hash: "0123456789ABCDEF"}},
+		{Key: "apis/evil.example.com/v1", OpenAPIDecision: discovery.OpenAPIDecision{Action: discovery.ActionRoute, Set: "new", Hash: "2DD4EA89A55C"},
+			Why: "routed only: served by an aggregated APIService"},
 	}}
 	var b bytes.Buffer
 	if err := printTopology(&b, v); err != nil {
 		t.Fatal(err)
 	}
 	out := b.String()
-	for _, want := range []string{"/openapi/v3/apis/apps/v1", "E6837BF046F7", "route", "skewgate-upstream-new", "serve", "merged at the front; failing open skewgate-upstream-old"} {
+	for _, want := range []string{"/openapi/v3/apis/apps/v1", "E6837BF046F7", "route", "skewgate-upstream-new", "serve", "merged at the front; failing open skewgate-upstream-old",
+		"/openapi/v3/apis/evil.example.com/v1", "routed only: served by an aggregated APIService"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
