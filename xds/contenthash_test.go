@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/skewgate/skewgate/discovery"
+	"github.com/skewgate/skewgate/internal/xdstest"
 )
 
 // marshalHash is the plain content hash contentHash must agree with: SHA-256 over every resource's
@@ -54,7 +55,7 @@ func TestContentHashAgreesWithMarshal(t *testing.T) {
 		t.Fatalf("scenarios: %v %v", paths, err)
 	}
 	for _, p := range paths {
-		add(loadScenario(t, p), testOptions())
+		add(xdstest.Scenario(t, p), testOptions())
 	}
 	for _, n := range []int{1, 2, 3, 30} {
 		add(syntheticTopology(n, 2), testOptions())

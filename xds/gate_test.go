@@ -18,6 +18,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/skewgate/skewgate/discovery"
+	"github.com/skewgate/skewgate/internal/xdstest"
 )
 
 // Attacks on the ACK gate: a client that reaches the xDS endpoint must not switch ext_proc off or pin
@@ -37,7 +38,7 @@ type gateServer struct {
 
 func startGateServer(t *testing.T) *gateServer {
 	t.Helper()
-	first, second := loadScenario(t, "testdata/two-same-version.in.yaml"), loadScenario(t, "testdata/skewed.in.yaml")
+	first, second := xdstest.Scenario(t, "testdata/two-same-version.in.yaml"), xdstest.Scenario(t, "testdata/skewed.in.yaml")
 	src := newFakeSource(first)
 	clk := clocktesting.NewFakeClock(time.Now())
 	ctx, cancel := context.WithCancel(context.Background())

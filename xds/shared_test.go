@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/skewgate/skewgate/internal/wire"
+	"github.com/skewgate/skewgate/internal/xdstest"
 )
 
 func allResources(rs *Resources) []proto.Message {
@@ -176,7 +177,7 @@ func TestSharedMessagesStayIntact(t *testing.T) {
 // the local reply's JSON body is a Struct, whose map would otherwise be packed in random order.
 func TestTranslationIsByteStable(t *testing.T) {
 	for _, in := range []string{"testdata/three-two-sets.in.yaml", "testdata/skewed.in.yaml"} {
-		top := loadScenario(t, in)
+		top := xdstest.Scenario(t, in)
 		hashes := map[string]bool{}
 		for range 8 {
 			rs, err := Translate(top, testOptions())

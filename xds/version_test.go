@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/skewgate/skewgate/internal/wire"
+	"github.com/skewgate/skewgate/internal/xdstest"
 )
 
 func TestCheckNode(t *testing.T) {
@@ -59,7 +60,7 @@ func TestCheckNode(t *testing.T) {
 // with FailedPrecondition and no resource; each refusal is counted, the log line is written once
 // per node and version; a supported node on the same server gets its resources.
 func TestADSRefusesUnsupportedEnvoy(t *testing.T) {
-	ts := startServer(t, newFakeSource(loadScenario(t, "testdata/skewed.in.yaml")), time.Hour)
+	ts := startServer(t, newFakeSource(xdstest.Scenario(t, "testdata/skewed.in.yaml")), time.Hour)
 	core, logs := observer.New(zap.ErrorLevel)
 	ts.gate.mu.Lock() // admit logs under mu
 	ts.gate.log = zap.New(core)
@@ -185,7 +186,7 @@ func TestNoSnapshotBeforeFirstTopology(t *testing.T) {
 		t.Fatalf("snapshot %s published before the first Topology", v)
 	}
 
-	src.Set(loadScenario(t, "testdata/two-same-version.in.yaml"))
+	src.Set(xdstest.Scenario(t, "testdata/two-same-version.in.yaml"))
 	select {
 	case g := <-got:
 		if !slices.Contains(g, wire.UpstreamCluster("cp-1")) {
@@ -209,7 +210,7 @@ func TestNoSnapshotBeforeFirstTopology(t *testing.T) {
 // still serves the previous process's config), the older one until the newer is acknowledged, and
 // none again while another Envoy has acknowledged nothing.
 func TestCurrentIsWhatEveryEnvoyHas(t *testing.T) {
-	first, second := loadScenario(t, "testdata/two-same-version.in.yaml"), loadScenario(t, "testdata/skewed.in.yaml")
+	first, second := xdstest.Scenario(t, "testdata/two-same-version.in.yaml"), xdstest.Scenario(t, "testdata/skewed.in.yaml")
 	src := newFakeSource(first)
 	ts := startServer(t, src, time.Hour)
 	waitUntil(t, "the first snapshot", func() bool { v, _ := ts.Version(); return v != "" })
