@@ -116,6 +116,16 @@ func envoyNode(id string, major, minor, patch uint32) *corev3.Node {
 		}}}
 }
 
+// connectADS is an ADS client of node on conn that asks for clusters.
+func connectADS(t testing.TB, ctx context.Context, node *corev3.Node, conn grpc.ClientConnInterface) sotw.ADSClient {
+	t.Helper()
+	c := sotw.NewADSClient(ctx, node, resourcev3.ClusterType)
+	if err := c.InitConnect(conn); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 // fetchClusters waits for the next CDS response on c and returns its cluster names.
 func fetchClusters(t *testing.T, c sotw.ADSClient) []string {
 	t.Helper()
@@ -144,10 +154,7 @@ func TestADSStateOfTheWorld(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	c := sotw.NewADSClient(ctx, testNode, resourcev3.ClusterType)
-	if err := c.InitConnect(ts.conn); err != nil {
-		t.Fatal(err)
-	}
+	c := connectADS(t, ctx, testNode, ts.conn)
 	first := fetchClusters(t, c)
 	if !slices.Contains(first, wire.UpstreamCluster("cp-1")) || !slices.Contains(first, wire.AllCluster) {
 		t.Fatalf("initial clusters %v", first)
@@ -257,10 +264,7 @@ func TestVersionsNeverRepeat(t *testing.T) {
 	seen := map[string]bool{}
 	for range 3 {
 		ts := startServer(t, newFakeSource(top), time.Hour)
-		c := sotw.NewADSClient(context.Background(), testNode, resourcev3.ClusterType)
-		if err := c.InitConnect(ts.conn); err != nil {
-			t.Fatal(err)
-		}
+		c := connectADS(t, context.Background(), testNode, ts.conn)
 		fetchClusters(t, c)
 		// The snapshot reaches the client before Version records it: wait for the record.
 		v, published := ts.Version()
@@ -280,10 +284,7 @@ func TestVersionsNeverRepeat(t *testing.T) {
 func TestGraceExpiry(t *testing.T) {
 	src := newFakeSource(xdstest.Scenario(t, "testdata/three-two-sets.in.yaml"))
 	ts := startServer(t, src, 50*time.Millisecond)
-	c := sotw.NewADSClient(context.Background(), testNode, resourcev3.ClusterType)
-	if err := c.InitConnect(ts.conn); err != nil {
-		t.Fatal(err)
-	}
+	c := connectADS(t, context.Background(), testNode, ts.conn)
 	fetchClusters(t, c)
 	c.Ack()
 	src.Set(xdstest.Scenario(t, "testdata/skewed.in.yaml"))
@@ -310,10 +311,7 @@ func TestGraceExpiry(t *testing.T) {
 func TestTranslationFailureKeepsLastSnapshot(t *testing.T) {
 	src := newFakeSource(xdstest.Scenario(t, "testdata/skewed.in.yaml"))
 	ts := startServer(t, src, time.Hour)
-	c := sotw.NewADSClient(context.Background(), testNode, resourcev3.ClusterType)
-	if err := c.InitConnect(ts.conn); err != nil {
-		t.Fatal(err)
-	}
+	c := connectADS(t, context.Background(), testNode, ts.conn)
 	fetchClusters(t, c)
 	before, changed := ts.Version()
 	if before == "" { // the first snapshot reached the client before Version recorded it

@@ -9,7 +9,6 @@ import (
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryservice "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	sotw "github.com/envoyproxy/go-control-plane/pkg/client/sotw/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
@@ -69,10 +68,7 @@ func TestADSRefusesUnsupportedEnvoy(t *testing.T) {
 
 	for range 2 {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		c := sotw.NewADSClient(ctx, old, resourcev3.ClusterType)
-		if err := c.InitConnect(ts.conn); err != nil {
-			t.Fatal(err)
-		}
+		c := connectADS(t, ctx, old, ts.conn)
 		resp, err := c.Fetch()
 		cancel()
 		if resp != nil || status.Code(err) != codes.FailedPrecondition {
@@ -107,10 +103,7 @@ func TestADSRefusesUnsupportedEnvoy(t *testing.T) {
 	}
 
 	// The floor itself is accepted, over both protocols.
-	c := sotw.NewADSClient(ctx, envoyNode("envoy-floor", 1, 37, 6), resourcev3.ClusterType)
-	if err := c.InitConnect(ts.conn); err != nil {
-		t.Fatal(err)
-	}
+	c := connectADS(t, ctx, envoyNode("envoy-floor", 1, 37, 6), ts.conn)
 	if got := fetchClusters(t, c); !slices.Contains(got, wire.AllCluster) {
 		t.Errorf("SotW: Envoy 1.37.6 got clusters %v", got)
 	}
@@ -134,10 +127,7 @@ func TestNoSnapshotBeforeFirstTopology(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	c := sotw.NewADSClient(ctx, testNode, resourcev3.ClusterType)
-	if err := c.InitConnect(ts.conn); err != nil {
-		t.Fatal(err)
-	}
+	c := connectADS(t, ctx, testNode, ts.conn)
 	got := make(chan []string, 1)
 	go func() {
 		resp, err := c.Fetch()
@@ -219,10 +209,7 @@ func TestCurrentIsWhatEveryEnvoyHas(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	c := sotw.NewADSClient(ctx, testNode, resourcev3.ClusterType)
-	if err := c.InitConnect(ts.conn); err != nil {
-		t.Fatal(err)
-	}
+	c := connectADS(t, ctx, testNode, ts.conn)
 	fetchClusters(t, c)
 	if got := ts.Current(); got != nil {
 		t.Fatalf("Current before the Envoy acknowledged anything: %s", got.Version)
@@ -243,11 +230,8 @@ func TestCurrentIsWhatEveryEnvoyHas(t *testing.T) {
 	waitUntil(t, "the second Topology after its ACK", func() bool { return ts.Current() == second })
 
 	// A second Envoy that has acknowledged nothing holds ext_proc back to the route table.
-	c2 := sotw.NewADSClient(ctx, &corev3.Node{Id: "front-2", UserAgentName: testNode.UserAgentName,
-		UserAgentVersionType: testNode.UserAgentVersionType}, resourcev3.ClusterType)
-	if err := c2.InitConnect(ts.conn); err != nil {
-		t.Fatal(err)
-	}
+	c2 := connectADS(t, ctx, &corev3.Node{Id: "front-2", UserAgentName: testNode.UserAgentName,
+		UserAgentVersionType: testNode.UserAgentVersionType}, ts.conn)
 	waitUntil(t, "nothing while the second Envoy has acknowledged nothing", func() bool { return ts.Current() == nil })
 	fetchClusters(t, c2)
 	if err := c2.Ack(); err != nil {
