@@ -144,19 +144,7 @@ func TestContentHashSeesEveryField(t *testing.T) {
 				m.Set(fd, v)
 				check("changing", m, fd, saved)
 			}
-			switch v := m.Get(fd); {
-			case fd.IsList() && fd.Message() != nil:
-				for i := range v.List().Len() {
-					walk(v.List().Get(i).Message())
-				}
-			case fd.IsMap() && fd.MapValue().Message() != nil:
-				v.Map().Range(func(_ protoreflect.MapKey, e protoreflect.Value) bool {
-					walk(e.Message())
-					return true
-				})
-			case !fd.IsList() && !fd.IsMap() && fd.Message() != nil:
-				walk(v.Message())
-			}
+			eachMessage(fd, m.Get(fd), walk)
 		}
 	}
 	for _, m := range allResources(rs) {

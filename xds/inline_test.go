@@ -87,19 +87,9 @@ func TestNoInlineCertificates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var msgs []proto.Message
-	for _, l := range rs.Listeners {
-		msgs = append(msgs, l)
-	}
-	for _, r := range rs.Routes {
-		msgs = append(msgs, r)
-	}
-	for _, c := range rs.Clusters {
-		msgs = append(msgs, c)
-	}
+	msgs := allResources(rs)
 	names := map[string]bool{}
 	for _, s := range rs.Secrets {
-		msgs = append(msgs, s)
 		names[s.Name] = true
 	}
 	for _, want := range []string{SecretFrontCert, SecretClientCA, SecretUpstreamCA, SecretFrontProxyCert, SecretExtProcCert, SecretExtProcCA} {

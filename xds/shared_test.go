@@ -48,6 +48,24 @@ func marshalAll(t testing.TB, msgs []proto.Message) [][]byte {
 	return out
 }
 
+// eachMessage calls f with every message v, the value of field fd, holds: itself, or its list's or
+// map's elements.
+func eachMessage(fd protoreflect.FieldDescriptor, v protoreflect.Value, f func(protoreflect.Message)) {
+	switch {
+	case fd.IsList() && fd.Message() != nil:
+		for i := range v.List().Len() {
+			f(v.List().Get(i).Message())
+		}
+	case fd.IsMap() && fd.MapValue().Message() != nil:
+		v.Map().Range(func(_ protoreflect.MapKey, e protoreflect.Value) bool {
+			f(e.Message())
+			return true
+		})
+	case !fd.IsList() && !fd.IsMap() && fd.Message() != nil:
+		f(v.Message())
+	}
+}
+
 // messagePointers lists every message reachable from msgs, by address.
 func messagePointers(msgs []proto.Message) map[uintptr]string {
 	out := map[uintptr]string{}
@@ -59,19 +77,7 @@ func messagePointers(msgs []proto.Message) map[uintptr]string {
 		}
 		out[p] = string(m.Descriptor().FullName())
 		m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-			switch {
-			case fd.IsList() && fd.Message() != nil:
-				for i := range v.List().Len() {
-					walk(v.List().Get(i).Message())
-				}
-			case fd.IsMap() && fd.MapValue().Message() != nil:
-				v.Map().Range(func(_ protoreflect.MapKey, e protoreflect.Value) bool {
-					walk(e.Message())
-					return true
-				})
-			case !fd.IsList() && !fd.IsMap() && fd.Message() != nil:
-				walk(v.Message())
-			}
+			eachMessage(fd, v, walk)
 			return true
 		})
 	}
