@@ -79,19 +79,7 @@ func TestTranslateGolden(t *testing.T) {
 			} {
 				path := filepath.Join("testdata", name+"."+kind+".golden.yaml")
 				want[path] = true
-				if *update {
-					if err := os.WriteFile(path, got, 0o644); err != nil {
-						t.Fatal(err)
-					}
-					continue
-				}
-				exp, err := os.ReadFile(path)
-				if err != nil {
-					t.Fatalf("%v (run go test ./xds -run Golden -update)", err)
-				}
-				if string(exp) != string(got) {
-					t.Errorf("%s differs from the translation; if the change is intended run go test ./xds -run Golden -update\n%s", path, lineDiff(string(exp), string(got)))
-				}
+				checkGolden(t, path, got, "go test ./xds -run Golden -update")
 			}
 		})
 	}
@@ -105,6 +93,28 @@ func TestTranslateGolden(t *testing.T) {
 		} else {
 			t.Errorf("stale golden file %s (its case is gone; -update removes it)", g)
 		}
+	}
+}
+
+// checkGolden holds got to the golden file at path; with -update it rewrites the file instead.
+// rerun is the command that rewrites it.
+func checkGolden(t *testing.T, path string, got []byte, rerun string) {
+	t.Helper()
+	if *update {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run %s)", err, rerun)
+	}
+	if string(want) != string(got) {
+		t.Errorf("%s differs; if the change is intended run %s\n%s", path, rerun, lineDiff(string(want), string(got)))
 	}
 }
 
