@@ -177,8 +177,9 @@ func TestDiscoveryFailPaths(t *testing.T) {
 	stream.CloseSend()
 }
 
-// exchangeBoth sends request headers and response headers whatever the first answer says.
-func exchangeBoth(t *testing.T, h *harness, reqs ...*extprocv3.ProcessingRequest) (first, last *extprocv3.ProcessingResponse) {
+// exchangeBoth sends the messages (request headers, then response headers) on one stream whatever
+// the first answer says, and returns the first and the last answer.
+func exchangeBoth(t testing.TB, h *harness, reqs ...*extprocv3.ProcessingRequest) (first, last *extprocv3.ProcessingResponse) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -199,6 +200,8 @@ func exchangeBoth(t *testing.T, h *harness, reqs ...*extprocv3.ProcessingRequest
 		}
 		last = resp
 	}
-	stream.CloseSend()
+	if err := stream.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
 	return first, last
 }

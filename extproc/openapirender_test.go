@@ -1,36 +1,18 @@
 package extproc
 
 import (
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/skewgate/skewgate/discovery"
-
+	"github.com/skewgate/skewgate/internal/openapitest"
 	"github.com/skewgate/skewgate/openapi"
 )
 
 // Protobuf renderings of the front's OpenAPI documents are made once at a time per document, and the
 // background rendering starts once per Topology version.
-
-// holdRender is a protobuf rendering that counts its calls and ends only when released.
-type holdRender struct {
-	calls   atomic.Int32
-	release chan struct{}
-	out     []byte
-}
-
-func newHoldRender(out string) *holdRender {
-	return &holdRender{release: make(chan struct{}), out: []byte(out)}
-}
-
-func (h *holdRender) render([]byte) ([]byte, error) {
-	h.calls.Add(1)
-	<-h.release
-	return h.out, nil
-}
 
 // TestOpenAPIAnswersOncePerTopologyVersion: requests racing on a new Topology version all get the
 // one frontOpenAPI stored, so only that one starts the background rendering.
@@ -85,9 +67,9 @@ func TestPerTopologyRacingBuildsShareOne(t *testing.T) {
 // rendering the previous version has in flight waits for that rendering instead of making another.
 func TestOpenAPINewVersionJoinsRenderingInFlight(t *testing.T) {
 	s := NewServer(&fixedSource{}, nil, prometheus.NewRegistry())
-	h := newHoldRender("rendered-by-the-previous-version")
+	h := openapitest.NewHeldRender("rendered-by-the-previous-version")
 	waiting := make(chan struct{}, 16)
-	s.openAPIConfig = openapi.FrontConfig{Render: h.render, OnRenderWait: func(string) { waiting <- struct{}{} }}
+	s.openAPIConfig = openapi.FrontConfig{Render: h.Render, OnRenderWait: func(string) { waiting <- struct{}{} }}
 	facts := servedFacts(t)
 	prev := s.frontOpenAPI.get(discovery.Build("served-1", time.Now(), facts), func(top *discovery.Topology) *frontOpenAPI {
 		return newFrontOpenAPI(top, nil, s.openAPIConfig) // stored without openAPIFor: no background rendering
@@ -107,8 +89,8 @@ func TestOpenAPINewVersionJoinsRenderingInFlight(t *testing.T) {
 		body <- next.document(keyAdmission, next.Merged(keyAdmission), &openAPIRequest{accept: acceptProto}).GetImmediateResponse().GetBody()
 	}()
 	<-waiting // the request or the background rendering: both wait for it
-	close(h.release)
-	if b := <-body; string(b) != "rendered-by-the-previous-version" || h.calls.Load() != 1 {
-		t.Errorf("the next version answered %q after %d renderings, want the previous version's one", b, h.calls.Load())
+	h.Release()
+	if b := <-body; string(b) != "rendered-by-the-previous-version" || h.Calls() != 1 {
+		t.Errorf("the next version answered %q after %d renderings, want the previous version's one", b, h.Calls())
 	}
 }

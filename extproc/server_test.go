@@ -139,25 +139,11 @@ func envoyHeaders(method, path string, extra ...string) *extprocv3.ProcessingReq
 	}}
 }
 
+// roundTrip sends one message on a stream of its own and returns the answer.
 func (h *harness) roundTrip(t testing.TB, req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	stream, err := h.client.Process(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := stream.Send(req); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := stream.Recv()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := stream.CloseSend(); err != nil {
-		t.Fatal(err)
-	}
-	return resp
+	first, _ := exchangeBoth(t, h, req)
+	return first
 }
 
 // upstreamStatus is the response_headers message Envoy sends for an upstream answer with this status.

@@ -19,23 +19,6 @@ func specOf(data []byte, built time.Time) *Spec {
 	return &Spec{JSON: data, Hash: Hash(data), Built: built}
 }
 
-// holdRender is a protobuf rendering that counts its calls and ends only when released.
-type holdRender struct {
-	calls   atomic.Int32
-	release chan struct{}
-	out     []byte
-}
-
-func newHoldRender(out string) *holdRender {
-	return &holdRender{release: make(chan struct{}), out: []byte(out)}
-}
-
-func (h *holdRender) render([]byte) ([]byte, error) {
-	h.calls.Add(1)
-	<-h.release
-	return h.out, nil
-}
-
 // waits counts the requests that started waiting for a rendering (FrontConfig.OnRenderWait).
 type waits struct {
 	mu sync.Mutex
@@ -72,21 +55,21 @@ func TestProtobufSingleFlight(t *testing.T) {
 		maxBytes int
 		kept     bool
 	}{{"within the cap", MaxProtoBytes, true}, {"past the cap", 4, false}} {
-		h := newHoldRender("rendered-once")
+		h := openapitest.NewHeldRender("rendered-once")
 		w := newWaits()
-		f := NewFront(nil, nil, FrontConfig{Render: h.render, MaxProtoBytes: c.maxBytes, OnRenderWait: w.on})
+		f := NewFront(nil, nil, FrontConfig{Render: h.Render, MaxProtoBytes: c.maxBytes, OnRenderWait: w.on})
 		bodies := make(chan []byte, n)
 		for range n {
 			go func() { bodies <- document(f, keyApps, spec, &Request{Accept: acceptProto}).Body() }()
 		}
 		w.wait(n) // every request joined the one rendering in flight
-		close(h.release)
+		h.Release()
 		for range n {
 			if b := <-bodies; string(b) != "rendered-once" {
 				t.Errorf("%s: body %q, want the one rendering", c.name, b)
 			}
 		}
-		if got := h.calls.Load(); got != 1 {
+		if got := h.Calls(); got != 1 {
 			t.Errorf("%s: %d concurrent first requests rendered %d times, want once", c.name, n, got)
 		}
 		f.mu.Lock()
@@ -100,7 +83,7 @@ func TestProtobufSingleFlight(t *testing.T) {
 		if !c.kept {
 			want = 2
 		}
-		if got := h.calls.Load(); got != want {
+		if got := h.Calls(); got != want {
 			t.Errorf("%s: a later request made %d renderings in all, want %d", c.name, got, want)
 		}
 	}
@@ -139,20 +122,20 @@ func TestProtobufConcurrentFirstRequestsAllocate(t *testing.T) {
 // joins its rendering in flight instead of making another.
 func TestFrontJoinsThePreviousRendering(t *testing.T) {
 	spec := specOf(openapitest.Doc(t, v136, keyApps), time.Now())
-	h := newHoldRender("rendered-by-the-previous-front")
+	h := openapitest.NewHeldRender("rendered-by-the-previous-front")
 	w := newWaits()
-	prev := NewFront(map[string]*Spec{keyApps: spec}, nil, FrontConfig{Render: h.render, OnRenderWait: w.on})
+	prev := NewFront(map[string]*Spec{keyApps: spec}, nil, FrontConfig{Render: h.Render, OnRenderWait: w.on})
 	go prev.Protobuf(spec)
 	w.wait(1)
-	next := NewFront(map[string]*Spec{keyApps: spec}, prev, FrontConfig{Render: h.render, OnRenderWait: w.on})
+	next := NewFront(map[string]*Spec{keyApps: spec}, prev, FrontConfig{Render: h.Render, OnRenderWait: w.on})
 	body := make(chan []byte)
 	go func() { body <- document(next, keyApps, spec, &Request{Accept: acceptProto}).Body() }()
 	w.wait(1)
-	close(h.release)
-	if b := <-body; string(b) != "rendered-by-the-previous-front" || h.calls.Load() != 1 {
-		t.Errorf("the next Front answered %q after %d renderings, want the previous one's", b, h.calls.Load())
+	h.Release()
+	if b := <-body; string(b) != "rendered-by-the-previous-front" || h.Calls() != 1 {
+		t.Errorf("the next Front answered %q after %d renderings, want the previous one's", b, h.Calls())
 	}
-	third := NewFront(map[string]*Spec{keyApps: spec}, next, FrontConfig{Render: h.render})
+	third := NewFront(map[string]*Spec{keyApps: spec}, next, FrontConfig{Render: h.Render})
 	third.mu.Lock()
 	_, kept := third.proto[spec.Hash]
 	third.mu.Unlock()

@@ -6,9 +6,6 @@ import (
 	"testing"
 	"time"
 
-	sotw "github.com/envoyproxy/go-control-plane/pkg/client/sotw/v3"
-	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-
 	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/test/synthetic"
 )
@@ -52,10 +49,7 @@ func BenchmarkPush(b *testing.B) {
 		b.Fatal(err)
 	}
 	ts := serve(b, ctx, s, lis)
-	c := sotw.NewADSClient(ctx, testNode, resourcev3.ClusterType)
-	if err := c.InitConnect(ts); err != nil {
-		b.Fatal(err)
-	}
+	c := connectADS(b, ctx, testNode, ts)
 	if _, err := c.Fetch(); err != nil {
 		b.Fatal(err)
 	}

@@ -1,7 +1,6 @@
 package xds
 
 import (
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -34,20 +33,7 @@ func TestBootstrapSDSGolden(t *testing.T) {
 	for _, dir := range bootstrapCopies {
 		for name, got := range files {
 			got = append([]byte("# Rendered by `skewgate bootstrap` with mTLS; checked by TestBootstrapSDSGolden.\n"), got...)
-			path := filepath.Join(filepath.Dir(dir), "sds", name)
-			if *update {
-				os.MkdirAll(filepath.Dir(path), 0o755)
-				if err := os.WriteFile(path, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if string(want) != string(got) {
-				t.Errorf("%s is stale (go test ./xds -run Bootstrap -update)\n%s", path, lineDiff(string(want), string(got)))
-			}
+			checkGolden(t, filepath.Join(filepath.Dir(dir), "sds", name), got, "go test ./xds -run Bootstrap -update")
 		}
 	}
 	// The bootstrap names exactly these files, in the directory it watches.
@@ -74,18 +60,7 @@ func TestBootstrapGolden(t *testing.T) {
 	}
 	got = append([]byte("# Rendered by `skewgate bootstrap` (see README); checked by TestBootstrapGolden.\n"), got...)
 	for _, path := range bootstrapCopies {
-		if *update {
-			if err := os.WriteFile(path, got, 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-		want, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if string(want) != string(got) {
-			t.Errorf("%s is stale (go test ./xds -run Bootstrap -update)\n%s", path, lineDiff(string(want), string(got)))
-		}
+		checkGolden(t, path, got, "go test ./xds -run Bootstrap -update")
 	}
 }
 

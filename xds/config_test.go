@@ -16,11 +16,12 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/skewgate/skewgate/internal/wire"
+	"github.com/skewgate/skewgate/internal/xdstest"
 )
 
 func translated(t *testing.T) *Resources {
 	t.Helper()
-	rs, err := Translate(loadScenario(t, "testdata/three-two-sets.in.yaml"), testOptions())
+	rs, err := Translate(xdstest.Scenario(t, "testdata/three-two-sets.in.yaml"), testOptions())
 	if err != nil {
 		t.Fatal(err)
 	}

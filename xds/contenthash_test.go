@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/skewgate/skewgate/discovery"
+	"github.com/skewgate/skewgate/internal/xdstest"
 )
 
 // marshalHash is the plain content hash contentHash must agree with: SHA-256 over every resource's
@@ -54,7 +55,7 @@ func TestContentHashAgreesWithMarshal(t *testing.T) {
 		t.Fatalf("scenarios: %v %v", paths, err)
 	}
 	for _, p := range paths {
-		add(loadScenario(t, p), testOptions())
+		add(xdstest.Scenario(t, p), testOptions())
 	}
 	for _, n := range []int{1, 2, 3, 30} {
 		add(syntheticTopology(n, 2), testOptions())
@@ -143,19 +144,7 @@ func TestContentHashSeesEveryField(t *testing.T) {
 				m.Set(fd, v)
 				check("changing", m, fd, saved)
 			}
-			switch v := m.Get(fd); {
-			case fd.IsList() && fd.Message() != nil:
-				for i := range v.List().Len() {
-					walk(v.List().Get(i).Message())
-				}
-			case fd.IsMap() && fd.MapValue().Message() != nil:
-				v.Map().Range(func(_ protoreflect.MapKey, e protoreflect.Value) bool {
-					walk(e.Message())
-					return true
-				})
-			case !fd.IsList() && !fd.IsMap() && fd.Message() != nil:
-				walk(v.Message())
-			}
+			eachMessage(fd, m.Get(fd), walk)
 		}
 	}
 	for _, m := range allResources(rs) {

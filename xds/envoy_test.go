@@ -26,6 +26,8 @@ import (
 	"go.uber.org/zap/zaptest"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/skewgate/skewgate/internal/xdstest"
 )
 
 // The tests in this file run a real Envoy: set ENVOY_BIN to its binary (envoy/README.md lists the
@@ -136,7 +138,7 @@ func staticSnapshot(t *testing.T, rs *Resources) *bootstrapv3.Bootstrap {
 func TestEnvoyValidatesSnapshot(t *testing.T) {
 	envoy := envoyBin(t)
 	o, _ := envoyPKI(t)
-	rs, err := Translate(loadScenario(t, "testdata/three-two-sets.in.yaml"), o)
+	rs, err := Translate(xdstest.Scenario(t, "testdata/three-two-sets.in.yaml"), o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +160,7 @@ func TestLiveEnvoyACKs(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	reg := prometheus.NewRegistry()
-	s, err := New(ctx, Config{Options: o, Source: newFakeSource(loadScenario(t, "testdata/three-two-sets.in.yaml")), Logger: zaptest.NewLogger(t), Registry: reg})
+	s, err := New(ctx, Config{Options: o, Source: newFakeSource(xdstest.Scenario(t, "testdata/three-two-sets.in.yaml")), Logger: zaptest.NewLogger(t), Registry: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +169,7 @@ func TestLiveEnvoyACKs(t *testing.T) {
 		t.Fatal(err)
 	}
 	serve(t, ctx, s, lis)
-	want, err := Translate(loadScenario(t, "testdata/three-two-sets.in.yaml"), o)
+	want, err := Translate(xdstest.Scenario(t, "testdata/three-two-sets.in.yaml"), o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/skewgate/skewgate/discovery"
+	"github.com/skewgate/skewgate/internal/xdstest"
 )
 
 // Attacks on the ACK gate: a client that reaches the xDS endpoint must not switch ext_proc off or pin
@@ -37,7 +38,7 @@ type gateServer struct {
 
 func startGateServer(t *testing.T) *gateServer {
 	t.Helper()
-	first, second := loadScenario(t, "testdata/two-same-version.in.yaml"), loadScenario(t, "testdata/skewed.in.yaml")
+	first, second := xdstest.Scenario(t, "testdata/two-same-version.in.yaml"), xdstest.Scenario(t, "testdata/skewed.in.yaml")
 	src := newFakeSource(first)
 	clk := clocktesting.NewFakeClock(time.Now())
 	ctx, cancel := context.WithCancel(context.Background())
@@ -56,10 +57,7 @@ func startGateServer(t *testing.T) *gateServer {
 		first: first, second: second, ctx: ctx, logs: logs}
 	t.Cleanup(cancel) // before serve's cleanup, which waits for Run
 	waitUntil(t, "the first snapshot", func() bool { v, _ := s.Version(); return v != "" })
-	g.envoy = sotw.NewADSClient(ctx, testNode, resourcev3.ClusterType)
-	if err := g.envoy.InitConnect(g.conn); err != nil {
-		t.Fatal(err)
-	}
+	g.envoy = connectADS(t, ctx, testNode, g.conn)
 	fetchClusters(t, g.envoy)
 	if err := g.envoy.Ack(); err != nil {
 		t.Fatal(err)
@@ -167,10 +165,7 @@ func TestUnsupportedNodeDoesNotHoldTheGate(t *testing.T) {
 // they stayed connected.)
 func TestQuietStreamStopsHoldingTheGate(t *testing.T) {
 	g := startGateServer(t)
-	fake := sotw.NewADSClient(g.ctx, envoyNode("fake-envoy", 1, 40, 0), resourcev3.ClusterType)
-	if err := fake.InitConnect(g.conn); err != nil {
-		t.Fatal(err)
-	}
+	fake := connectADS(t, g.ctx, envoyNode("fake-envoy", 1, 40, 0), g.conn)
 	fetchClusters(t, fake)
 	if err := fake.Ack(); err != nil {
 		t.Fatal(err)

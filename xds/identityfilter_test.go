@@ -12,6 +12,7 @@ import (
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 
 	"github.com/skewgate/skewgate/internal/wire"
+	"github.com/skewgate/skewgate/internal/xdstest"
 )
 
 func filterNamed(t *testing.T, hcm *hcmv3.HttpConnectionManager, name string) int {
@@ -158,7 +159,7 @@ func TestIdentityScriptForwardsUIDOnlyWhenTold(t *testing.T) {
 	for _, forward := range []bool{false, true} {
 		o := testOptions()
 		o.ForwardCertificateUID = forward
-		rs, err := Translate(loadScenario(t, "testdata/one-upstream.in.yaml"), o)
+		rs, err := Translate(xdstest.Scenario(t, "testdata/one-upstream.in.yaml"), o)
 		if err != nil {
 			t.Fatal(err)
 		}

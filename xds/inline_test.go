@@ -10,6 +10,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/skewgate/skewgate/internal/xdstest"
 )
 
 // walk calls visit for m and every message inside it, depth first, with the path of field names that
@@ -81,23 +83,13 @@ func TestNoInlineCertificates(t *testing.T) {
 	o := testOptions()
 	o.ExtProcAddress = "10.1.2.3:18001"
 	o.ExtProcCAFile, o.ExtProcCertFile, o.ExtProcKeyFile = "/etc/skewgate/extproc/ca.crt", "/etc/skewgate/extproc/tls.crt", "/etc/skewgate/extproc/tls.key"
-	rs, err := Translate(loadScenario(t, "testdata/three-two-sets.in.yaml"), o)
+	rs, err := Translate(xdstest.Scenario(t, "testdata/three-two-sets.in.yaml"), o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var msgs []proto.Message
-	for _, l := range rs.Listeners {
-		msgs = append(msgs, l)
-	}
-	for _, r := range rs.Routes {
-		msgs = append(msgs, r)
-	}
-	for _, c := range rs.Clusters {
-		msgs = append(msgs, c)
-	}
+	msgs := allResources(rs)
 	names := map[string]bool{}
 	for _, s := range rs.Secrets {
-		msgs = append(msgs, s)
 		names[s.Name] = true
 	}
 	for _, want := range []string{SecretFrontCert, SecretClientCA, SecretUpstreamCA, SecretFrontProxyCert, SecretExtProcCert, SecretExtProcCA} {

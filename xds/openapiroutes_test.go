@@ -1,44 +1,31 @@
 package xds
 
 import (
-	"compress/gzip"
-	"crypto/sha512"
 	"encoding/json"
 	"fmt"
-	"github.com/skewgate/skewgate/internal/openapitest"
 	"net/url"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
-	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
 
 	"github.com/skewgate/skewgate/discovery"
+	"github.com/skewgate/skewgate/internal/openapitest"
 	"github.com/skewgate/skewgate/internal/wire"
+	"github.com/skewgate/skewgate/internal/xdstest"
 )
 
 // capturedIndex reads the /openapi/v3 index a testbed apiserver served (discovery/testdata/openapi).
 func capturedIndex(t testing.TB, version string) *discovery.OpenAPIIndex {
 	t.Helper()
-	f, err := os.Open(filepath.Join("..", "discovery", "testdata", "openapi", version, "index.json.gz"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	z, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var idx struct {
 		Paths map[string]struct {
 			ServerRelativeURL string `json:"serverRelativeURL"`
 		} `json:"paths"`
 	}
-	if err := json.NewDecoder(z).Decode(&idx); err != nil {
+	if err := json.Unmarshal(openapitest.File(t, version, "index"), &idx); err != nil {
 		t.Fatal(err)
 	}
 	out := &discovery.OpenAPIIndex{Keys: map[string]string{}, Hash: version}
@@ -61,12 +48,12 @@ func routeIndex(rs []*routev3.Route, f func(string) bool) int {
 // each gets an exact-path route and its anonymous twin to the v1.36 server, after the resource skew
 // routes and before the schema routes.
 func TestOpenAPIRoutesCapturedSkew(t *testing.T) {
-	core := readDoc(t, "core")
+	core := xdstest.Doc(t, "testdata", "core")
 	facts := []discovery.UpstreamFacts{
 		{Upstream: discovery.Upstream{Name: "old", Address: "10.0.0.1:6443", Ready: true, Version: "v1.35.4", Source: discovery.SourceStatic},
-			API: core, APIs: readDoc(t, "apis-v1.35"), OpenAPI: capturedIndex(t, "v1.35.4")},
+			API: core, APIs: xdstest.Doc(t, "testdata", "apis-v1.35"), OpenAPI: capturedIndex(t, "v1.35.4")},
 		{Upstream: discovery.Upstream{Name: "new", Address: "10.0.0.2:6443", Ready: true, Version: "v1.36.3", Source: discovery.SourceStatic},
-			API: core, APIs: readDoc(t, "apis-v1.36"), OpenAPI: capturedIndex(t, "v1.36.3")},
+			API: core, APIs: xdstest.Doc(t, "testdata", "apis-v1.36"), OpenAPI: capturedIndex(t, "v1.36.3")},
 	}
 	top := discovery.Build("captured", time.Unix(0, 0), facts)
 	rs, err := Translate(top, testOptions())
@@ -125,7 +112,7 @@ func TestOpenAPIRoutesBounded(t *testing.T) {
 		a[k], b[k] = "A", "B"
 	}
 	a["apis/x/v1/"], b["apis/x/v1/"] = "A", "B"
-	core, apis := readDoc(t, "core"), readDoc(t, "apis-v1.36")
+	core, apis := xdstest.Doc(t, "testdata", "core"), xdstest.Doc(t, "testdata", "apis-v1.36")
 	facts := []discovery.UpstreamFacts{
 		{Upstream: discovery.Upstream{Name: "old", Ready: true, Version: "v1.35.4"}, API: core, APIs: apis, OpenAPI: &discovery.OpenAPIIndex{Keys: a, Hash: "a"}},
 		{Upstream: discovery.Upstream{Name: "new", Ready: true, Version: "v1.36.3"}, API: core, APIs: apis, OpenAPI: &discovery.OpenAPIIndex{Keys: b, Hash: "b"}},
@@ -181,8 +168,8 @@ func TestRoutableOpenAPIKey(t *testing.T) {
 // TestOpenAPIRoutesServe: a key the front merges is routed, failing open, to the decision's fallback
 // set (one apiserver's own document under its own hash), as ext_proc routes what it does not answer.
 func TestOpenAPIRoutesServe(t *testing.T) {
-	const key = "apis/admissionregistration.k8s.io/v1"
-	top := servedTopology(t)
+	const key = xdstest.ServedKey
+	top := xdstest.Served(t, "testdata")
 	d := top.DecideOpenAPI(key)
 	rs, err := Translate(top, testOptions())
 	if err != nil {
@@ -193,46 +180,4 @@ func TestOpenAPIRoutesServe(t *testing.T) {
 	if i < 0 || routes[i].GetRoute().GetCluster() != wire.SetCluster(d.Set.Members()) || routes[i].Match.GetPath() != "/openapi/v3/"+key {
 		t.Fatalf("no route for %s to its fallback %v", key, d.Set)
 	}
-}
-
-// servedTopology: old (v1.35.4) and new (v1.36.3, without validatingadmissionpolicies) with their
-// captured admissionregistration.k8s.io/v1 documents; nobody serves the whole group-version, so the
-// front merges them.
-func servedTopology(t testing.TB) *discovery.Topology {
-	t.Helper()
-	core := readDoc(t, "core")
-	var facts []discovery.UpstreamFacts
-	const key = "apis/admissionregistration.k8s.io/v1"
-	for i, u := range []struct{ name, version, apis string }{{"old", "v1.35.4", "v1.35"}, {"new", "v1.36.3", "v1.36"}} {
-		data := openapitest.Doc(t, u.version, key)
-		spec := &discovery.OpenAPISpec{JSON: data, Hash: fmt.Sprintf("%X", sha512.Sum512(data))}
-		apis := readDoc(t, "apis-"+u.apis)
-		if u.name == "new" {
-			apis = withoutResource(apis, "validatingadmissionpolicies")
-		}
-		facts = append(facts, discovery.UpstreamFacts{
-			Upstream: discovery.Upstream{Name: u.name, Address: fmt.Sprintf("10.0.0.%d:6443", i+1), Ready: true, Version: u.version, Source: discovery.SourceStatic},
-			API:      core, APIs: apis,
-			OpenAPI:     &discovery.OpenAPIIndex{Keys: map[string]string{key: spec.Hash}, Hash: u.name},
-			OpenAPIDocs: map[string]*discovery.OpenAPISpec{key: spec},
-		})
-	}
-	top := discovery.Build("served", time.Unix(0, 0), facts)
-	if d := top.DecideOpenAPI(key); d.Action != discovery.ActionServe {
-		t.Fatalf("%+v, want served (merged)", d)
-	}
-	return top
-}
-
-// withoutResource returns a copy of d without the resource in any group.
-func withoutResource(d *discovery.Document, resource string) *discovery.Document {
-	out := &discovery.Document{Hash: d.Hash + "-" + resource, Groups: slices.Clone(d.Groups)}
-	for gi := range out.Groups {
-		out.Groups[gi].Versions = slices.Clone(out.Groups[gi].Versions)
-		for vi := range out.Groups[gi].Versions {
-			v := &out.Groups[gi].Versions[vi]
-			v.Resources = slices.DeleteFunc(slices.Clone(v.Resources), func(r apidiscoveryv2.APIResourceDiscovery) bool { return r.Resource == resource })
-		}
-	}
-	return out
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/internal/grpcutil"
 	"github.com/skewgate/skewgate/internal/wire"
+	"github.com/skewgate/skewgate/internal/xdstest"
 )
 
 type fakeSource struct {
@@ -115,6 +116,16 @@ func envoyNode(id string, major, minor, patch uint32) *corev3.Node {
 		}}}
 }
 
+// connectADS is an ADS client of node on conn that asks for clusters.
+func connectADS(t testing.TB, ctx context.Context, node *corev3.Node, conn grpc.ClientConnInterface) sotw.ADSClient {
+	t.Helper()
+	c := sotw.NewADSClient(ctx, node, resourcev3.ClusterType)
+	if err := c.InitConnect(conn); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 // fetchClusters waits for the next CDS response on c and returns its cluster names.
 func fetchClusters(t *testing.T, c sotw.ADSClient) []string {
 	t.Helper()
@@ -137,16 +148,13 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 }
 
 func TestADSStateOfTheWorld(t *testing.T) {
-	skewed := loadScenario(t, "testdata/skewed.in.yaml")
-	src := newFakeSource(loadScenario(t, "testdata/two-same-version.in.yaml"))
+	skewed := xdstest.Scenario(t, "testdata/skewed.in.yaml")
+	src := newFakeSource(xdstest.Scenario(t, "testdata/two-same-version.in.yaml"))
 	ts := startServer(t, src, time.Hour)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	c := sotw.NewADSClient(ctx, testNode, resourcev3.ClusterType)
-	if err := c.InitConnect(ts.conn); err != nil {
-		t.Fatal(err)
-	}
+	c := connectADS(t, ctx, testNode, ts.conn)
 	first := fetchClusters(t, c)
 	if !slices.Contains(first, wire.UpstreamCluster("cp-1")) || !slices.Contains(first, wire.AllCluster) {
 		t.Fatalf("initial clusters %v", first)
@@ -187,7 +195,7 @@ func TestADSStateOfTheWorld(t *testing.T) {
 	waitUntil(t, "ext_proc deciding with the acknowledged Topology", func() bool { return ts.Current() == skewed })
 
 	// A NACK: counted, and the server goes on serving; ext_proc keeps the Topology the Envoy has.
-	src.Set(loadScenario(t, "testdata/three-two-sets.in.yaml"))
+	src.Set(xdstest.Scenario(t, "testdata/three-two-sets.in.yaml"))
 	fetchClusters(t, c)
 	if err := c.Nack("cluster skewgate-upstream-c: simulated rejection"); err != nil {
 		t.Fatal(err)
@@ -203,7 +211,7 @@ func TestADSStateOfTheWorld(t *testing.T) {
 }
 
 func TestADSDelta(t *testing.T) {
-	src := newFakeSource(loadScenario(t, "testdata/skewed.in.yaml"))
+	src := newFakeSource(xdstest.Scenario(t, "testdata/skewed.in.yaml"))
 	ts := startServer(t, src, time.Hour)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -222,7 +230,7 @@ func TestADSDelta(t *testing.T) {
 	for _, r := range resp.Resources {
 		names = append(names, r.Name)
 	}
-	want, _ := Translate(loadScenario(t, "testdata/skewed.in.yaml"), testOptions())
+	want, _ := Translate(xdstest.Scenario(t, "testdata/skewed.in.yaml"), testOptions())
 	if !slices.Equal(slices.Sorted(slices.Values(names)), want.ClusterNames()) {
 		t.Fatalf("delta clusters %v, want %v", names, want.ClusterNames())
 	}
@@ -235,7 +243,7 @@ func TestADSDelta(t *testing.T) {
 	}
 
 	// A change arrives as a delta: the new set's clusters added.
-	src.Set(loadScenario(t, "testdata/three-two-sets.in.yaml"))
+	src.Set(xdstest.Scenario(t, "testdata/three-two-sets.in.yaml"))
 	resp, err = stream.Recv()
 	if err != nil {
 		t.Fatal(err)
@@ -252,14 +260,11 @@ func TestADSDelta(t *testing.T) {
 // TestVersionsNeverRepeat: a restarted server (same Topology, fresh counter) must not reuse a version
 // string: the snapshot cache does not answer a request whose version_info equals the snapshot's.
 func TestVersionsNeverRepeat(t *testing.T) {
-	top := loadScenario(t, "testdata/skewed.in.yaml")
+	top := xdstest.Scenario(t, "testdata/skewed.in.yaml")
 	seen := map[string]bool{}
 	for range 3 {
 		ts := startServer(t, newFakeSource(top), time.Hour)
-		c := sotw.NewADSClient(context.Background(), testNode, resourcev3.ClusterType)
-		if err := c.InitConnect(ts.conn); err != nil {
-			t.Fatal(err)
-		}
+		c := connectADS(t, context.Background(), testNode, ts.conn)
 		fetchClusters(t, c)
 		// The snapshot reaches the client before Version records it: wait for the record.
 		v, published := ts.Version()
@@ -277,15 +282,12 @@ func TestVersionsNeverRepeat(t *testing.T) {
 // TestGraceExpiry: a cluster that left the Topology disappears from the snapshot once its grace period
 // is over.
 func TestGraceExpiry(t *testing.T) {
-	src := newFakeSource(loadScenario(t, "testdata/three-two-sets.in.yaml"))
+	src := newFakeSource(xdstest.Scenario(t, "testdata/three-two-sets.in.yaml"))
 	ts := startServer(t, src, 50*time.Millisecond)
-	c := sotw.NewADSClient(context.Background(), testNode, resourcev3.ClusterType)
-	if err := c.InitConnect(ts.conn); err != nil {
-		t.Fatal(err)
-	}
+	c := connectADS(t, context.Background(), testNode, ts.conn)
 	fetchClusters(t, c)
 	c.Ack()
-	src.Set(loadScenario(t, "testdata/skewed.in.yaml"))
+	src.Set(xdstest.Scenario(t, "testdata/skewed.in.yaml"))
 	gone := wire.UpstreamCluster("c")
 	for i := 0; ; i++ {
 		got := fetchClusters(t, c)
@@ -307,12 +309,9 @@ func TestGraceExpiry(t *testing.T) {
 
 // TestTranslationFailureKeepsLastSnapshot: a Topology that cannot be translated publishes nothing.
 func TestTranslationFailureKeepsLastSnapshot(t *testing.T) {
-	src := newFakeSource(loadScenario(t, "testdata/skewed.in.yaml"))
+	src := newFakeSource(xdstest.Scenario(t, "testdata/skewed.in.yaml"))
 	ts := startServer(t, src, time.Hour)
-	c := sotw.NewADSClient(context.Background(), testNode, resourcev3.ClusterType)
-	if err := c.InitConnect(ts.conn); err != nil {
-		t.Fatal(err)
-	}
+	c := connectADS(t, context.Background(), testNode, ts.conn)
 	fetchClusters(t, c)
 	before, changed := ts.Version()
 	if before == "" { // the first snapshot reached the client before Version recorded it
@@ -321,7 +320,7 @@ func TestTranslationFailureKeepsLastSnapshot(t *testing.T) {
 	}
 	bad := discovery.Build("bad", time.Unix(0, 0), []discovery.UpstreamFacts{{
 		Upstream: discovery.Upstream{Name: "x", Address: "not-an-address", Ready: true},
-		API:      readDoc(t, "core"), APIs: readDoc(t, "apis-v1.36"),
+		API:      xdstest.Doc(t, "testdata", "core"), APIs: xdstest.Doc(t, "testdata", "apis-v1.36"),
 	}})
 	src.Set(bad)
 	waitUntil(t, "the failed publish", func() bool { return testutil.ToFloat64(ts.m.publishes.WithLabelValues(publishFailed)) == 1 })

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/skewgate/skewgate/internal/wire"
+	"github.com/skewgate/skewgate/internal/xdstest"
 )
 
 func allResources(rs *Resources) []proto.Message {
@@ -47,6 +48,24 @@ func marshalAll(t testing.TB, msgs []proto.Message) [][]byte {
 	return out
 }
 
+// eachMessage calls f with every message v, the value of field fd, holds: itself, or its list's or
+// map's elements.
+func eachMessage(fd protoreflect.FieldDescriptor, v protoreflect.Value, f func(protoreflect.Message)) {
+	switch {
+	case fd.IsList() && fd.Message() != nil:
+		for i := range v.List().Len() {
+			f(v.List().Get(i).Message())
+		}
+	case fd.IsMap() && fd.MapValue().Message() != nil:
+		v.Map().Range(func(_ protoreflect.MapKey, e protoreflect.Value) bool {
+			f(e.Message())
+			return true
+		})
+	case !fd.IsList() && !fd.IsMap() && fd.Message() != nil:
+		f(v.Message())
+	}
+}
+
 // messagePointers lists every message reachable from msgs, by address.
 func messagePointers(msgs []proto.Message) map[uintptr]string {
 	out := map[uintptr]string{}
@@ -58,19 +77,7 @@ func messagePointers(msgs []proto.Message) map[uintptr]string {
 		}
 		out[p] = string(m.Descriptor().FullName())
 		m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-			switch {
-			case fd.IsList() && fd.Message() != nil:
-				for i := range v.List().Len() {
-					walk(v.List().Get(i).Message())
-				}
-			case fd.IsMap() && fd.MapValue().Message() != nil:
-				v.Map().Range(func(_ protoreflect.MapKey, e protoreflect.Value) bool {
-					walk(e.Message())
-					return true
-				})
-			case !fd.IsList() && !fd.IsMap() && fd.Message() != nil:
-				walk(v.Message())
-			}
+			eachMessage(fd, v, walk)
 			return true
 		})
 	}
@@ -176,7 +183,7 @@ func TestSharedMessagesStayIntact(t *testing.T) {
 // the local reply's JSON body is a Struct, whose map would otherwise be packed in random order.
 func TestTranslationIsByteStable(t *testing.T) {
 	for _, in := range []string{"testdata/three-two-sets.in.yaml", "testdata/skewed.in.yaml"} {
-		top := loadScenario(t, in)
+		top := xdstest.Scenario(t, in)
 		hashes := map[string]bool{}
 		for range 8 {
 			rs, err := Translate(top, testOptions())

@@ -14,6 +14,8 @@ import (
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/skewgate/skewgate/internal/xdstest"
 )
 
 // sotwEnvoy drives one state-of-the-world ADS stream the way Envoy's SotW mux does
@@ -133,7 +135,7 @@ const responseWithin = 5 * time.Second
 // it) and source/common/listener_manager/lds_api.cc (LdsApiImpl::onConfigUpdate pauses RDS, SRDS
 // and SDS the same way); GrpcMuxImpl::sendDiscoveryRequest names the union of every watch's names.
 func TestSotWSecretsInEnvoysOrder(t *testing.T) {
-	ts := startServer(t, newFakeSource(loadScenario(t, "testdata/skewed.in.yaml")), time.Hour)
+	ts := startServer(t, newFakeSource(xdstest.Scenario(t, "testdata/skewed.in.yaml")), time.Hour)
 	e := newSotWEnvoy(t, ts)
 
 	e.want(resourcev3.ClusterType, nil)
@@ -215,7 +217,7 @@ func listenerRefs(t *testing.T, l *listenerv3.Listener) (secrets, routes []strin
 // TestDeltaSecretsInEnvoysOrder: the same order over delta ADS, where each request subscribes to
 // the names it adds: the clusters' secrets, then the listener's, each answered at once.
 func TestDeltaSecretsInEnvoysOrder(t *testing.T) {
-	ts := startServer(t, newFakeSource(loadScenario(t, "testdata/skewed.in.yaml")), time.Hour)
+	ts := startServer(t, newFakeSource(xdstest.Scenario(t, "testdata/skewed.in.yaml")), time.Hour)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*responseWithin)
 	defer cancel()
 	s, err := discoveryservice.NewAggregatedDiscoveryServiceClient(ts.conn).DeltaAggregatedResources(ctx)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/internal/wire"
+	"github.com/skewgate/skewgate/internal/xdstest"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -30,61 +31,6 @@ func testOptions() Options {
 		FrontProxyKeyFile:  "/etc/kubernetes/pki/front-proxy-client.key",
 		ExtProcAddress:     "127.0.0.1:18001",
 	}
-}
-
-type scenario struct {
-	Upstreams []struct {
-		Name     string `json:"name"`
-		Address  string `json:"address"`
-		Ready    bool   `json:"ready"`
-		APIs     string `json:"apis"`
-		Departed bool   `json:"departed"`
-		Version  string `json:"version"`
-		// OpenAPI is the upstream's /openapi/v3 index: key -> hash.
-		OpenAPI map[string]string `json:"openapi"`
-	} `json:"upstreams"`
-}
-
-func readDoc(t testing.TB, name string) *discovery.Document {
-	t.Helper()
-	data, err := os.ReadFile(filepath.Join("testdata", "docs", name+".json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := discovery.ParseDocument(data)
-	if err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
-	return d
-}
-
-// loadScenario builds the Topology described by testdata/<name>.in.yaml.
-func loadScenario(t testing.TB, path string) *discovery.Topology {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sc scenario
-	if err := yaml.UnmarshalStrict(data, &sc); err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-	core := readDoc(t, "core")
-	var facts []discovery.UpstreamFacts
-	for _, u := range sc.Upstreams {
-		f := discovery.UpstreamFacts{
-			Upstream: discovery.Upstream{Name: u.Name, Address: u.Address, Ready: u.Ready, Source: discovery.SourceStatic, Version: u.Version},
-			Departed: u.Departed,
-		}
-		if u.OpenAPI != nil {
-			f.OpenAPI = &discovery.OpenAPIIndex{Keys: u.OpenAPI, Hash: u.Name}
-		}
-		if u.APIs != "" {
-			f.API, f.APIs = core, readDoc(t, "apis-"+u.APIs)
-		}
-		facts = append(facts, f)
-	}
-	return discovery.Build("golden", time.Unix(0, 0), facts)
 }
 
 // emptyTopology is a synced discovery that knows no upstream.
@@ -121,7 +67,7 @@ func TestTranslateGolden(t *testing.T) {
 	for _, in := range ins {
 		name := strings.TrimSuffix(filepath.Base(in), ".in.yaml")
 		t.Run(name, func(t *testing.T) {
-			rs, err := Translate(loadScenario(t, in), testOptions())
+			rs, err := Translate(xdstest.Scenario(t, in), testOptions())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -133,19 +79,7 @@ func TestTranslateGolden(t *testing.T) {
 			} {
 				path := filepath.Join("testdata", name+"."+kind+".golden.yaml")
 				want[path] = true
-				if *update {
-					if err := os.WriteFile(path, got, 0o644); err != nil {
-						t.Fatal(err)
-					}
-					continue
-				}
-				exp, err := os.ReadFile(path)
-				if err != nil {
-					t.Fatalf("%v (run go test ./xds -run Golden -update)", err)
-				}
-				if string(exp) != string(got) {
-					t.Errorf("%s differs from the translation; if the change is intended run go test ./xds -run Golden -update\n%s", path, lineDiff(string(exp), string(got)))
-				}
+				checkGolden(t, path, got, "go test ./xds -run Golden -update")
 			}
 		})
 	}
@@ -162,13 +96,35 @@ func TestTranslateGolden(t *testing.T) {
 	}
 }
 
+// checkGolden holds got to the golden file at path; with -update it rewrites the file instead.
+// rerun is the command that rewrites it.
+func checkGolden(t *testing.T, path string, got []byte, rerun string) {
+	t.Helper()
+	if *update {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run %s)", err, rerun)
+	}
+	if string(want) != string(got) {
+		t.Errorf("%s differs; if the change is intended run %s\n%s", path, rerun, lineDiff(string(want), string(got)))
+	}
+}
+
 // lineDiff shows every differing line of two texts (-golden +now), with context.
 func lineDiff(golden, now string) string {
 	return cmp.Diff(strings.Split(golden, "\n"), strings.Split(now, "\n"))
 }
 
 func TestTranslateClusters(t *testing.T) {
-	top := loadScenario(t, "testdata/three-two-sets.in.yaml")
+	top := xdstest.Scenario(t, "testdata/three-two-sets.in.yaml")
 	rs, err := Translate(top, testOptions())
 	if err != nil {
 		t.Fatal(err)

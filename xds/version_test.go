@@ -9,7 +9,6 @@ import (
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryservice "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	sotw "github.com/envoyproxy/go-control-plane/pkg/client/sotw/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
@@ -18,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/skewgate/skewgate/internal/wire"
+	"github.com/skewgate/skewgate/internal/xdstest"
 )
 
 func TestCheckNode(t *testing.T) {
@@ -59,7 +59,7 @@ func TestCheckNode(t *testing.T) {
 // with FailedPrecondition and no resource; each refusal is counted, the log line is written once
 // per node and version; a supported node on the same server gets its resources.
 func TestADSRefusesUnsupportedEnvoy(t *testing.T) {
-	ts := startServer(t, newFakeSource(loadScenario(t, "testdata/skewed.in.yaml")), time.Hour)
+	ts := startServer(t, newFakeSource(xdstest.Scenario(t, "testdata/skewed.in.yaml")), time.Hour)
 	core, logs := observer.New(zap.ErrorLevel)
 	ts.gate.mu.Lock() // admit logs under mu
 	ts.gate.log = zap.New(core)
@@ -68,10 +68,7 @@ func TestADSRefusesUnsupportedEnvoy(t *testing.T) {
 
 	for range 2 {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		c := sotw.NewADSClient(ctx, old, resourcev3.ClusterType)
-		if err := c.InitConnect(ts.conn); err != nil {
-			t.Fatal(err)
-		}
+		c := connectADS(t, ctx, old, ts.conn)
 		resp, err := c.Fetch()
 		cancel()
 		if resp != nil || status.Code(err) != codes.FailedPrecondition {
@@ -106,10 +103,7 @@ func TestADSRefusesUnsupportedEnvoy(t *testing.T) {
 	}
 
 	// The floor itself is accepted, over both protocols.
-	c := sotw.NewADSClient(ctx, envoyNode("envoy-floor", 1, 37, 6), resourcev3.ClusterType)
-	if err := c.InitConnect(ts.conn); err != nil {
-		t.Fatal(err)
-	}
+	c := connectADS(t, ctx, envoyNode("envoy-floor", 1, 37, 6), ts.conn)
 	if got := fetchClusters(t, c); !slices.Contains(got, wire.AllCluster) {
 		t.Errorf("SotW: Envoy 1.37.6 got clusters %v", got)
 	}
@@ -133,10 +127,7 @@ func TestNoSnapshotBeforeFirstTopology(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	c := sotw.NewADSClient(ctx, testNode, resourcev3.ClusterType)
-	if err := c.InitConnect(ts.conn); err != nil {
-		t.Fatal(err)
-	}
+	c := connectADS(t, ctx, testNode, ts.conn)
 	got := make(chan []string, 1)
 	go func() {
 		resp, err := c.Fetch()
@@ -185,7 +176,7 @@ func TestNoSnapshotBeforeFirstTopology(t *testing.T) {
 		t.Fatalf("snapshot %s published before the first Topology", v)
 	}
 
-	src.Set(loadScenario(t, "testdata/two-same-version.in.yaml"))
+	src.Set(xdstest.Scenario(t, "testdata/two-same-version.in.yaml"))
 	select {
 	case g := <-got:
 		if !slices.Contains(g, wire.UpstreamCluster("cp-1")) {
@@ -209,7 +200,7 @@ func TestNoSnapshotBeforeFirstTopology(t *testing.T) {
 // still serves the previous process's config), the older one until the newer is acknowledged, and
 // none again while another Envoy has acknowledged nothing.
 func TestCurrentIsWhatEveryEnvoyHas(t *testing.T) {
-	first, second := loadScenario(t, "testdata/two-same-version.in.yaml"), loadScenario(t, "testdata/skewed.in.yaml")
+	first, second := xdstest.Scenario(t, "testdata/two-same-version.in.yaml"), xdstest.Scenario(t, "testdata/skewed.in.yaml")
 	src := newFakeSource(first)
 	ts := startServer(t, src, time.Hour)
 	waitUntil(t, "the first snapshot", func() bool { v, _ := ts.Version(); return v != "" })
@@ -218,10 +209,7 @@ func TestCurrentIsWhatEveryEnvoyHas(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	c := sotw.NewADSClient(ctx, testNode, resourcev3.ClusterType)
-	if err := c.InitConnect(ts.conn); err != nil {
-		t.Fatal(err)
-	}
+	c := connectADS(t, ctx, testNode, ts.conn)
 	fetchClusters(t, c)
 	if got := ts.Current(); got != nil {
 		t.Fatalf("Current before the Envoy acknowledged anything: %s", got.Version)
@@ -242,11 +230,8 @@ func TestCurrentIsWhatEveryEnvoyHas(t *testing.T) {
 	waitUntil(t, "the second Topology after its ACK", func() bool { return ts.Current() == second })
 
 	// A second Envoy that has acknowledged nothing holds ext_proc back to the route table.
-	c2 := sotw.NewADSClient(ctx, &corev3.Node{Id: "front-2", UserAgentName: testNode.UserAgentName,
-		UserAgentVersionType: testNode.UserAgentVersionType}, resourcev3.ClusterType)
-	if err := c2.InitConnect(ts.conn); err != nil {
-		t.Fatal(err)
-	}
+	c2 := connectADS(t, ctx, &corev3.Node{Id: "front-2", UserAgentName: testNode.UserAgentName,
+		UserAgentVersionType: testNode.UserAgentVersionType}, ts.conn)
 	waitUntil(t, "nothing while the second Envoy has acknowledged nothing", func() bool { return ts.Current() == nil })
 	fetchClusters(t, c2)
 	if err := c2.Ack(); err != nil {

@@ -1,7 +1,7 @@
 // Package openapitest reads the OpenAPI v3 documents captured from the testbed's apiservers
 // (discovery/testdata/openapi, README.md there says how), for the tests of every package that needs
 // real documents, and holds what those tests read back from a document (DocView, FindKind,
-// SplitDoc). Only tests import it.
+// SplitDoc) and a protobuf rendering that holds until released (HeldRender). Only tests import it.
 package openapitest
 
 import (

@@ -2,15 +2,21 @@ package equivalence
 
 import (
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/skewgate/skewgate/decision"
 	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/internal/wire"
+	"github.com/skewgate/skewgate/internal/xdstest"
 	"github.com/skewgate/skewgate/test/dataplane"
 	"github.com/skewgate/skewgate/xds"
 )
+
+// xdsTestdata is xds's translation cases: the OpenAPI guard runs on the very Topologies whose route
+// tables xds's golden files and tests record.
+var xdsTestdata = filepath.Join("..", "..", "xds", "testdata")
 
 // TestOpenAPIRoutesMatchTable holds the route table's OpenAPI routes (what a request keeps when
 // ext_proc fails open, as the test data plane's route matcher picks it) to the decision table's
@@ -20,8 +26,8 @@ import (
 // upgrade routes.
 func TestOpenAPIRoutesMatchTable(t *testing.T) {
 	compared := map[discovery.Action]int{}
-	compareOpenAPIRoutes(t, "openapi-skewed", goldenScenario(t, "openapi-skewed"), compared)
-	compareOpenAPIRoutes(t, "served", servedTopology(t), compared)
+	compareOpenAPIRoutes(t, "openapi-skewed", xdstest.Scenario(t, filepath.Join(xdsTestdata, "openapi-skewed.in.yaml")), compared)
+	compareOpenAPIRoutes(t, "served", xdstest.Served(t, xdsTestdata), compared)
 	for _, a := range []discovery.Action{discovery.ActionRoute, discovery.ActionServe, discovery.ActionUnavailable, discovery.ActionDefault} {
 		if compared[a] == 0 {
 			t.Errorf("compared %v: no key decided %v", compared, a)
