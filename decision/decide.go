@@ -27,16 +27,21 @@ type Answer struct {
 	Doc, Query string
 }
 
-// Decide answers r from the rows, in their order: the first that takes the request decides.
+// Decide answers r from the rows, in their order: the first that takes the request decides. It
+// only looks up what Compile named (the row, its cluster and twins) and allocates nothing.
 func (t *Table) Decide(r Request) Answer {
 	switch r.Class.Kind {
 	case Resource:
-		return t.answer(r, Answer{Path: PathResource, Decision: t.Resource(r.Class.Key, r.Class.Verb)})
+		i, ok := t.resourceRow(r.Class.Key, r.Class.Verb)
+		if !ok {
+			return Answer{Path: PathResource, Cluster: all.of(r.Anonymous, r.Upgrade)}
+		}
+		return Answer{Path: PathResource, Decision: t.rows[i].Decision, Cluster: t.targets[i].of(r.Anonymous, r.Upgrade)}
 	case Discovery:
 		// Any apiserver authorizes a discovery path as well as another: the default cluster asks;
 		// the front serves only GETs (and only paths its merged documents hold: extproc knows them).
 		if r.Method == http.MethodGet {
-			return Answer{Path: PathDiscovery, Decision: Decision{Action: ActionServe}, Cluster: Twin(t.Cluster(""), r.Anonymous, r.Upgrade)}
+			return Answer{Path: PathDiscovery, Decision: Decision{Action: ActionServe}, Cluster: all.of(r.Anonymous, r.Upgrade)}
 		}
 		return t.fallback(r)
 	}
@@ -44,7 +49,7 @@ func (t *Table) Decide(r Request) Answer {
 		return a
 	}
 	if IsSchemaPath(r.Path) && t.schemas.Action == ActionRoute {
-		return t.answer(r, Answer{Path: PathSchemas, Decision: t.schemas})
+		return Answer{Path: PathSchemas, Decision: t.schemas, Cluster: t.toSchema.of(r.Anonymous, r.Upgrade)}
 	}
 	return t.fallback(r)
 }
@@ -59,33 +64,23 @@ func (t *Table) openAPI(r Request) (Answer, bool) {
 		if !t.index || r.Method != http.MethodGet {
 			return Answer{}, false
 		}
-		return Answer{Path: PathOpenAPIIndex, Decision: Decision{Action: ActionServe}, Cluster: Twin(t.Cluster(""), r.Anonymous, r.Upgrade), Query: query}, true
+		return Answer{Path: PathOpenAPIIndex, Decision: Decision{Action: ActionServe}, Cluster: all.of(r.Anonymous, r.Upgrade), Query: query}, true
 	}
-	row, ok := t.OpenAPIDocument(key)
+	i, ok := t.docs[key]
 	if !ok {
 		return Answer{}, false
 	}
-	a := Answer{Path: PathOpenAPIDocument, Decision: row.Decision, Doc: key, Query: query}
+	row := &t.rows[i]
+	a := Answer{Path: PathOpenAPIDocument, Decision: row.Decision, Cluster: t.targets[i].of(r.Anonymous, r.Upgrade), Doc: row.Doc, Query: query}
 	if row.Action == ActionServe && (!row.Merged || r.Method != http.MethodGet) {
 		// Served at the front only as a GET of a document it holds: anything else goes to the set
-		// Envoy's route table sends it to when ext_proc is not there.
+		// Envoy's route table sends it to when ext_proc is not there (the same cluster).
 		a.Action = ActionRoute
 	}
-	return t.answer(r, a), true
+	return a, true
 }
 
 // fallback is the last row: every upstream.
 func (t *Table) fallback(r Request) Answer {
-	return Answer{Path: PathAny, Cluster: Twin(t.Cluster(""), r.Anonymous, r.Upgrade)}
-}
-
-// answer names the cluster of a's decision.
-func (t *Table) answer(r Request, a Answer) Answer {
-	switch a.Action {
-	case ActionRoute, ActionServe:
-		a.Cluster = Twin(t.Cluster(a.Set), r.Anonymous, r.Upgrade)
-	case ActionDefault:
-		a.Cluster = Twin(t.Cluster(""), r.Anonymous, r.Upgrade)
-	}
-	return a
+	return Answer{Path: PathAny, Cluster: all.of(r.Anonymous, r.Upgrade)}
 }

@@ -55,15 +55,20 @@ type Row struct {
 // Table is one Topology's decisions, compiled once by Compile: the rows in the order a first-match
 // route table needs them (resource keys sorted, each key's verb rows after its row for every verb;
 // OpenAPI documents sorted; the index; discovery; schemas; any), and lookups by key for ext_proc.
+// Compile also names each row's cluster and its twins, so that Decide only looks them up.
 // Immutable: every method only reads.
 type Table struct {
-	version  string
-	rows     []Row
+	version string
+	rows    []Row
+	// targets[i]: where row i sends a request, twins included (one per distinct set, shared by
+	// the rows that name it; none for ActionUnavailable).
+	targets  []*twins
 	keys     map[ResourceKey][2]int32 // a key's rows: [start, end)
 	docs     map[string]int32
 	index    bool
 	schemas  Decision
-	clusters map[SetID]string
+	toSchema *twins // targets of the schemas row
+	clusters map[SetID]*twins
 }
 
 // Empty is the table of no decisions: every request takes the last row.
@@ -100,7 +105,12 @@ type Input struct {
 // Compile makes the Table of in. It is pure and keeps nothing of in.
 func Compile(in Input) *Table {
 	t := &Table{version: in.Version, keys: make(map[ResourceKey][2]int32, len(in.Resources)),
-		docs: make(map[string]int32, len(in.OpenAPI)), index: in.OpenAPIIndex, schemas: in.Schemas, clusters: map[SetID]string{}}
+		docs: make(map[string]int32, len(in.OpenAPI)), index: in.OpenAPIIndex, schemas: in.Schemas, clusters: map[SetID]*twins{}}
+	n := len(in.Resources) + len(in.OpenAPI) + 4
+	for _, r := range in.Resources {
+		n += len(r.ByVerb)
+	}
+	t.rows, t.targets = make([]Row, 0, n), make([]*twins, 0, n)
 	res := slices.Clone(in.Resources)
 	slices.SortFunc(res, func(a, b KeyDecision) int { return a.Key.Compare(b.Key) })
 	for _, r := range res {
@@ -128,17 +138,31 @@ func Compile(in Input) *Table {
 	}
 	t.add(Row{Path: PathDiscovery, Decision: disc, Merged: true})
 	t.add(Row{Path: PathSchemas, Decision: in.Schemas, Upgrades: true})
+	t.toSchema = t.targets[len(t.targets)-1]
 	t.add(Row{Path: PathAny, Upgrades: true})
 	return t
 }
 
 func (t *Table) add(r Row) {
 	t.rows = append(t.rows, r)
-	if r.Set != "" {
-		if _, ok := t.clusters[r.Set]; !ok {
-			t.clusters[r.Set] = wire.SetCluster(r.Set.Members())
+	if r.Set != "" && t.clusters[r.Set] == nil {
+		t.clusters[r.Set] = newTwins(wire.SetCluster(r.Set.Members()))
+	}
+	t.targets = append(t.targets, t.target(r.Decision))
+}
+
+// target is where d sends a request: the cluster of its set for ActionRoute and ActionServe, every
+// upstream for ActionDefault (and for a route without a set), nowhere for ActionUnavailable.
+func (t *Table) target(d Decision) *twins {
+	switch d.Action {
+	case ActionUnavailable:
+		return &none
+	case ActionRoute, ActionServe:
+		if d.Set != "" {
+			return t.clusters[d.Set]
 		}
 	}
+	return &all
 }
 
 // Version is the Topology version the table was compiled from.
@@ -153,17 +177,26 @@ func (t *Table) Len() int { return len(t.rows) }
 // Resource returns the decision for a request for key with verb. A key no row names gets
 // ActionDefault: every upstream serves it, or none does and any apiserver's 404 is the truth.
 func (t *Table) Resource(key ResourceKey, verb string) Decision {
-	span, ok := t.keys[key]
+	i, ok := t.resourceRow(key, verb)
 	if !ok {
 		return Decision{}
 	}
-	rows := t.rows[span[0]:span[1]]
-	for _, r := range rows[1:] {
-		if r.Verb == verb {
-			return r.Decision
+	return t.rows[i].Decision
+}
+
+// resourceRow is the index of the row that decides key with verb: the verb's own row, else the
+// key's row for every verb. ok false: no row names key.
+func (t *Table) resourceRow(key ResourceKey, verb string) (int32, bool) {
+	span, ok := t.keys[key]
+	if !ok {
+		return 0, false
+	}
+	for i := span[0] + 1; i < span[1]; i++ {
+		if t.rows[i].Verb == verb {
+			return i, true
 		}
 	}
-	return rows[0].Decision
+	return span[0], true
 }
 
 // OpenAPIDocument returns the row of an OpenAPI v3 document key; ok false: ActionDefault (it is a
@@ -184,8 +217,8 @@ func (t *Table) Cluster(set SetID) string {
 	if set == "" {
 		return wire.AllCluster
 	}
-	if c, ok := t.clusters[set]; ok {
-		return c
+	if c := t.clusters[set]; c != nil {
+		return c.of(false, false)
 	}
 	return wire.SetCluster(set.Members())
 }
@@ -202,3 +235,29 @@ func Twin(cluster string, anonymous, upgrade bool) string {
 	}
 	return cluster
 }
+
+// twins is a cluster and its twins, named once (Twin) so that a request only picks one: [0] the
+// cluster, [1] its anonymous twin, [2] its HTTP/1.1 twin.
+type twins [3]string
+
+func newTwins(cluster string) *twins {
+	return &twins{cluster, Twin(cluster, true, false), Twin(cluster, false, true)}
+}
+
+// of is the twin that carries a request (Twin).
+func (w *twins) of(anonymous, upgrade bool) string {
+	switch {
+	case upgrade:
+		return w[2]
+	case anonymous:
+		return w[1]
+	}
+	return w[0]
+}
+
+var (
+	// all: every upstream.
+	all = *newTwins(wire.AllCluster)
+	// none: no cluster (ActionUnavailable is answered at the front).
+	none twins
+)

@@ -130,6 +130,50 @@ func TestTableDecide(t *testing.T) {
 	}
 }
 
+// TestDecideTwinsAsTwin: the twins Compile names are the ones Twin names, for every row's cluster and
+// every credential and upgrade, so that a lookup answers as naming the twin per request would.
+func TestDecideTwinsAsTwin(t *testing.T) {
+	tab := Compile(testInput())
+	paths := []string{
+		"/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies",
+		"/apis/admissionregistration.k8s.io/v1/watch/mutatingadmissionpolicies",
+		"/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies/x",
+		"/api/v1/namespaces/d/pods/p/exec", "/api/v1/namespaces/d/pods/p", "/apis/example.com/v1/widgets",
+		"/api/v1/configmaps", "/apis", "/api/v1", "/openapi/v3", "/openapi/v3/apis/x/v1", "/openapi/v3/apis/apps/v1",
+		"/openapi/v3/apis/y/v1", "/openapi/v3/apis/z/v1", "/openapi/v2", "/healthz",
+	}
+	n := 0
+	for _, method := range []string{"GET", "POST", "DELETE", "HEAD"} {
+		for _, path := range paths {
+			class, err := Classify(method, path)
+			if err != nil {
+				t.Fatalf("%s %s: %v", method, path, err)
+			}
+			for _, anonymous := range []bool{false, true} {
+				for _, upgrade := range []bool{false, true} {
+					a := tab.Decide(Request{Method: method, Path: path, Anonymous: anonymous, Upgrade: upgrade, Class: class})
+					want := ""
+					switch a.Action {
+					case ActionRoute, ActionServe:
+						want = Twin(tab.Cluster(a.Set), anonymous, upgrade)
+					case ActionDefault:
+						want = Twin(wire.AllCluster, anonymous, upgrade)
+					}
+					if a.Cluster != want {
+						t.Errorf("%s %s (anonymous %v, upgrade %v): cluster %q, want %q (%+v)", method, path, anonymous, upgrade, a.Cluster, want, a)
+					}
+					if a.Action != ActionUnavailable && a.Set != "" {
+						n++
+					}
+				}
+			}
+		}
+	}
+	if n == 0 {
+		t.Error("no request took a row with a set")
+	}
+}
+
 // TestEmptyTable: a Topology with no decisions sends everything to every apiserver; discovery is
 // still served at the front and has no fail-open set.
 func TestEmptyTable(t *testing.T) {
@@ -162,4 +206,38 @@ func BenchmarkTableDecide(b *testing.B) {
 			b.Fatal(a)
 		}
 	}
+}
+
+// BenchmarkTableDecideOnly is Decide alone (the requests classified once, outside the loop), over
+// the shapes whose answer names a twin: without credentials, upgrades, a set, every upstream.
+func BenchmarkTableDecideOnly(b *testing.B) {
+	tab := Compile(testInput())
+	var reqs []Request
+	for _, c := range []struct {
+		method, path       string
+		anonymous, upgrade bool
+	}{
+		{"GET", "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies?watch=true", false, false},
+		{"GET", "/apis/admissionregistration.k8s.io/v1/watch/mutatingadmissionpolicies", true, false},
+		{"POST", "/api/v1/namespaces/d/pods/p/exec", false, true},
+		{"GET", "/apis", true, false},
+		{"GET", "/openapi/v3/apis/x/v1?hash=H", true, false},
+		{"GET", "/openapi/v2", false, true},
+		{"GET", "/healthz", true, false},
+	} {
+		class, err := Classify(c.method, c.path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		reqs = append(reqs, Request{Method: c.method, Path: c.path, Anonymous: c.anonymous, Upgrade: c.upgrade, Class: class})
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		for _, r := range reqs {
+			if a := tab.Decide(r); a.Cluster == "" {
+				b.Fatal(a)
+			}
+		}
+	}
+	b.ReportMetric(float64(len(reqs)), "requests/op")
 }
