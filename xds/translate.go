@@ -80,7 +80,7 @@ func pack(m validator) (*anypb.Any, error) {
 // and an Envoy must keep its last configuration rather than get an empty one.
 func Translate(t *discovery.Topology, o Options) (*Resources, error) {
 	o = o.WithDefaults()
-	if err := o.Validate(); err != nil {
+	if err := validateOptions(o); err != nil {
 		return nil, err
 	}
 	if t == nil {
