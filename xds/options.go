@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
-	"strconv"
 	"time"
 
 	"github.com/skewgate/skewgate/internal/grpcutil"
@@ -59,16 +58,4 @@ func validateOptions(o Options) error {
 		errs = append(errs, fmt.Errorf("health check interval %v out of range [100ms, 1m]", o.HealthCheckInterval))
 	}
 	return errors.Join(errs...)
-}
-
-func splitHostPort(addr string) (string, uint32, error) {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return "", 0, err
-	}
-	p, err := strconv.ParseUint(port, 10, 16)
-	if err != nil || p == 0 || host == "" {
-		return "", 0, fmt.Errorf("want host:port")
-	}
-	return host, uint32(p), nil
 }

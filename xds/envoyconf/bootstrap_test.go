@@ -1,13 +1,23 @@
-package xds
+package envoyconf
 
 import (
+	"flag"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 )
 
-// exampleBootstrap is the example under envoy/; `go test ./xds -run Bootstrap -update` rewrites it.
+var update = flag.Bool("update", false, "rewrite envoy/bootstrap.yaml and envoy/sds/")
+
+// lineDiff shows every differing line of two texts (-golden +now), with context.
+func lineDiff(golden, now string) string {
+	return cmp.Diff(strings.Split(golden, "\n"), strings.Split(now, "\n"))
+}
+
+// exampleBootstrap is the example under envoy/; `go test ./xds/envoyconf -run Bootstrap -update` rewrites it.
 func exampleBootstrap() BootstrapOptions {
 	return BootstrapOptions{
 		NodeID: "front-1", NodeCluster: "skewgate-front",
@@ -18,7 +28,7 @@ func exampleBootstrap() BootstrapOptions {
 }
 
 // The example; the SDS files go to sds/ beside it.
-const exampleBootstrapPath = "../envoy/bootstrap.yaml"
+const exampleBootstrapPath = "../../envoy/bootstrap.yaml"
 
 var bootstrapCopies = []string{exampleBootstrapPath}
 
@@ -46,7 +56,7 @@ func TestBootstrapSDSGolden(t *testing.T) {
 				t.Fatal(err)
 			}
 			if string(want) != string(got) {
-				t.Errorf("%s is stale (go test ./xds -run Bootstrap -update)\n%s", path, lineDiff(string(want), string(got)))
+				t.Errorf("%s is stale (go test ./xds/envoyconf -run Bootstrap -update)\n%s", path, lineDiff(string(want), string(got)))
 			}
 		}
 	}
@@ -84,7 +94,7 @@ func TestBootstrapGolden(t *testing.T) {
 			t.Fatal(err)
 		}
 		if string(want) != string(got) {
-			t.Errorf("%s is stale (go test ./xds -run Bootstrap -update)\n%s", path, lineDiff(string(want), string(got)))
+			t.Errorf("%s is stale (go test ./xds/envoyconf -run Bootstrap -update)\n%s", path, lineDiff(string(want), string(got)))
 		}
 	}
 }
