@@ -13,7 +13,6 @@ type metrics struct {
 	rebuildDuration prometheus.Histogram
 	leaseToTopology prometheus.Histogram
 	generation      prometheus.Gauge
-	published       prometheus.Counter
 	syncs           *prometheus.CounterVec
 
 	openapiFetches        *prometheus.CounterVec
@@ -41,7 +40,7 @@ const (
 	syncWaiting   = "waiting"   // no Topology yet: held for the upstreams' first fetches
 	syncUnchanged = "unchanged" // no input of the Topology changed: nothing rebuilt
 	syncRebuilt   = "rebuilt"   // an input changed, the rebuilt Topology did not: nothing published
-	syncPublished = "published"
+	syncPublished = "published" // a Topology with new content published (only content changes publish)
 )
 
 // Upstream states (label values of skewgate_discovery_upstreams).
@@ -87,13 +86,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "skewgate_discovery_topology_generation",
 			Help: "Sequence number of the current Topology within this process (the version string also carries the process start).",
 		}),
-		published: f.NewCounter(prometheus.CounterOpts{
-			Name: "skewgate_discovery_topologies_published_total",
-			Help: "Topologies published (only content changes publish).",
-		}),
 		syncs: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "skewgate_discovery_syncs_total",
-			Help: "Syncs of the Topology with the Leases and the upstreams' states, by result: waiting (no Topology yet: held for the upstreams' first fetches), unchanged (no input changed: nothing rebuilt), rebuilt (an input changed, the Topology did not: nothing published), published.",
+			Help: "Syncs of the Topology with the Leases and the upstreams' states, by result: waiting (no Topology yet: held for the upstreams' first fetches), unchanged (no input changed: nothing rebuilt), rebuilt (an input changed, the Topology did not: nothing published), published (a Topology with new content: only content changes publish).",
 		}, []string{"result"}),
 		openapiFetches: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "skewgate_discovery_openapi_fetches_total",

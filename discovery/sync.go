@@ -81,7 +81,6 @@ func (c *Controller) syncOnce(ctx context.Context) (next time.Time, result strin
 	c.mu.Unlock()
 	c.settleLeaseEvent(leaseEvent, true)
 	c.metrics.generation.Set(float64(gen))
-	c.metrics.published.Inc()
 	c.metrics.setUpstreams(slices.Concat(t.Upstreams, t.Unproven))
 	c.log.Info("topology published", zap.String("version", t.Version), zap.Int("upstreams", len(t.Upstreams)),
 		zap.Int("unproven", len(t.Unproven)), zap.Int("sets", len(t.Sets)), zap.Int("skewed", len(t.Skewed())),

@@ -29,9 +29,10 @@ step() { # step <name> <command...>: runs it, records its seconds, returns its s
 record() {
 	local rc=$1 evidence=$2
 	[ -n "$out" ] || return 0
-	local commit dirty=false
-	commit=$(git rev-parse HEAD 2>/dev/null || echo unknown)
-	[ -z "$(git status --porcelain --untracked-files=no -- ':/' ':(top,exclude)bench/results' 2>/dev/null)" ] || dirty=true
+	# The commit and dirty flag as test/checkout names them for every artifact (one owner of the rule).
+	local commit dirty
+	read -r commit dirty < <("$go" run -buildvcs=false ./test/checkout/cmd/checkout 2>/dev/null || echo unknown true)
+	case $dirty in true | false) ;; *) commit=unknown dirty=true ;; esac
 	mkdir -p "$(dirname "$out")"
 	cat >"$out" <<JSON
 {

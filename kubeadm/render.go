@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/skewgate/skewgate/serve/options"
-	"github.com/skewgate/skewgate/xds"
+	"github.com/skewgate/skewgate/xds/envoyconf"
 )
 
 // File is one file the command owns.
@@ -117,17 +117,17 @@ type bootstrap struct {
 func renderBootstrap(o Options, p paths) (*bootstrap, error) {
 	// The admin API can stop Envoy or drain its listener: on a host-network pod a loopback port is
 	// open to every local user and pod, a socket in the root-only directory is not.
-	bo := xds.BootstrapOptions{NodeID: o.NodeName, NodeCluster: "skewgate-front", XDSAddress: p.xdsSocket, Delta: true,
+	bo := envoyconf.BootstrapOptions{NodeID: o.NodeName, NodeCluster: "skewgate-front", XDSAddress: p.xdsSocket, Delta: true,
 		SDSDir: filepath.Join(p.envoyDir, "sds"), AdminAddress: p.adminSocket}
-	b, err := xds.Bootstrap(bo)
+	b, err := envoyconf.Bootstrap(bo)
 	if err != nil {
 		return nil, fmt.Errorf("envoy bootstrap: %w", err)
 	}
-	by, err := xds.BootstrapYAML(b)
+	by, err := envoyconf.BootstrapYAML(b)
 	if err != nil {
 		return nil, err
 	}
-	sds, err := xds.BootstrapSDSFiles(bo) // none: the socket needs no mTLS
+	sds, err := envoyconf.BootstrapSDSFiles(bo) // none: the socket needs no mTLS
 	if err != nil {
 		return nil, err
 	}

@@ -126,7 +126,7 @@ func Start(ctx context.Context, o *options.Options, lis Listeners, log *zap.Logg
 	if err != nil {
 		return nil, nil, err
 	}
-	xs, err := xds.New(g.ctx, xds.Config{Options: xds.Options(o.Envoy), Source: ctrl, Grace: o.Grace, Logger: log, Registry: reg})
+	xs, err := xds.New(g.ctx, xds.Config{Options: o.Envoy, Source: ctrl, Grace: o.Grace, Logger: log, Registry: reg})
 	if err != nil {
 		return nil, nil, err
 	}

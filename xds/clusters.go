@@ -16,9 +16,8 @@ import (
 
 	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/internal/wire"
+	"github.com/skewgate/skewgate/xds/envoyconf"
 )
-
-const httpProtocolOptionsKey = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 
 // clusterKind selects which of a cluster's twins apiserverCluster builds.
 type clusterKind int
@@ -222,7 +221,7 @@ func (tb *translator) newShape(kind clusterKind) (*apiserverShape, error) {
 	hc := apiserverHealthCheck(tb.o.HealthCheckInterval, codec)
 	s := &apiserverShape{
 		connectTimeout:  durationpb.New(2 * time.Second),
-		protocolOptions: map[string]*anypb.Any{httpProtocolOptionsKey: opts},
+		protocolOptions: map[string]*anypb.Any{envoyconf.HTTPProtocolOptionsKey: opts},
 		transportSocket: ts,
 		healthChecks:    []*corev3.HealthCheck{hc},
 		// Sized for thousands of long-lived watches per upstream.
@@ -275,7 +274,7 @@ func apiserverProtocolOptions(kind clusterKind) (*anypb.Any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return pack(&httpv3.HttpProtocolOptions{
+	return envoyconf.Pack(&httpv3.HttpProtocolOptions{
 		CommonHttpProtocolOptions: &corev3.HttpProtocolOptions{IdleTimeout: durationpb.New(time.Hour)},
 		UpstreamProtocolOptions:   &httpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &protocol},
 		HttpFilters:               filters,

@@ -4,8 +4,9 @@ import (
 	"fmt"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+
+	"github.com/skewgate/skewgate/xds/envoyconf"
 )
 
 // upstreamEndpoint is the Envoy endpoint of one upstream: parsed from its address when a cluster
@@ -37,7 +38,7 @@ func (tb *translator) members(cluster string, names []string) (members, error) {
 	for i, u := range ups {
 		if u.ep == nil {
 			var err error
-			if u.ep, u.dns, err = endpoint(u.addr); err != nil {
+			if u.ep, u.dns, err = envoyconf.Endpoint(u.addr); err != nil {
 				return members{}, fmt.Errorf("cluster %s: address %q: %v", cluster, u.addr, err)
 			}
 		}
@@ -56,33 +57,4 @@ func (tb *translator) members(cluster string, names []string) (members, error) {
 // loadAssignment is the load assignment of members for the cluster named name.
 func (m members) loadAssignment(name string) *endpointv3.ClusterLoadAssignment {
 	return &endpointv3.ClusterLoadAssignment{ClusterName: name, Endpoints: m.localities}
-}
-
-// endpoint is the endpoint of addr (host:port); dns reports a hostname.
-func endpoint(addr string) (ep *endpointv3.LbEndpoint, dns bool, err error) {
-	host, port, err := splitHostPort(addr)
-	if err != nil {
-		return nil, false, err
-	}
-	return lbEndpoint(socketAddress(host, port)), !isIP(host), nil
-}
-
-// loadAssignment lists one address (host:port) as the endpoint of cluster: STATIC for an IP literal,
-// STRICT_DNS for a hostname.
-func loadAssignment(cluster, addr string) (*endpointv3.ClusterLoadAssignment, clusterv3.Cluster_DiscoveryType, error) {
-	ep, dns, err := endpoint(addr)
-	if err != nil {
-		return nil, 0, fmt.Errorf("cluster %s: address %q: %v", cluster, addr, err)
-	}
-	typ := clusterv3.Cluster_STATIC
-	if dns {
-		typ = clusterv3.Cluster_STRICT_DNS
-	}
-	return &endpointv3.ClusterLoadAssignment{ClusterName: cluster, Endpoints: []*endpointv3.LocalityLbEndpoints{{
-		LbEndpoints: []*endpointv3.LbEndpoint{ep},
-	}}}, typ, nil
-}
-
-func lbEndpoint(addr *corev3.Address) *endpointv3.LbEndpoint {
-	return &endpointv3.LbEndpoint{HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{Address: addr}}}
 }

@@ -28,6 +28,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/skewgate/skewgate/internal/xdstest"
+	"github.com/skewgate/skewgate/xds/envoyconf"
 )
 
 // The tests in this file run a real Envoy: set ENVOY_BIN to its binary (envoy/README.md lists the
@@ -81,11 +82,14 @@ func TestEnvoyValidatesBootstrap(t *testing.T) {
 	envoy := envoyBin(t)
 	_, pki := envoyPKI(t)
 	dir := t.TempDir()
-	o := exampleBootstrap()
-	o.XDSAddress = "127.0.0.1:18000"
-	o.XDSCAFile, o.XDSCertFile, o.XDSKeyFile = pki.CA, pki.Cert, pki.Key
-	o.SDSDir = filepath.Join(dir, "sds")
-	files, err := BootstrapSDSFiles(o)
+	// The example's node and delta ADS (envoyconf's exampleBootstrap), with files that exist here.
+	o := envoyconf.BootstrapOptions{
+		NodeID: "front-1", NodeCluster: "skewgate-front", Delta: true,
+		XDSAddress: "127.0.0.1:18000",
+		XDSCAFile:  pki.CA, XDSCertFile: pki.Cert, XDSKeyFile: pki.Key,
+		SDSDir: filepath.Join(dir, "sds"),
+	}
+	files, err := envoyconf.BootstrapSDSFiles(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,11 +97,11 @@ func TestEnvoyValidatesBootstrap(t *testing.T) {
 	for name, y := range files {
 		os.WriteFile(filepath.Join(o.SDSDir, name), y, 0o644)
 	}
-	b, err := Bootstrap(o)
+	b, err := envoyconf.Bootstrap(o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	y, _ := BootstrapYAML(b)
+	y, _ := envoyconf.BootstrapYAML(b)
 	path := filepath.Join(dir, "bootstrap.yaml")
 	os.WriteFile(path, y, 0o644)
 	validate(t, envoy, path)
@@ -142,7 +146,7 @@ func TestEnvoyValidatesSnapshot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	y, err := BootstrapYAML(staticSnapshot(t, rs))
+	y, err := envoyconf.BootstrapYAML(staticSnapshot(t, rs))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,11 +181,11 @@ func TestLiveEnvoyACKs(t *testing.T) {
 	for _, delta := range []bool{true, false} {
 		t.Run(map[bool]string{true: "delta", false: "sotw"}[delta], func(t *testing.T) {
 			dir := t.TempDir()
-			b, err := Bootstrap(BootstrapOptions{NodeID: "envoy-" + strconv.FormatBool(delta), NodeCluster: "test", XDSAddress: lis.Addr().String(), Delta: delta, AdminAddress: "127.0.0.1:0"})
+			b, err := envoyconf.Bootstrap(envoyconf.BootstrapOptions{NodeID: "envoy-" + strconv.FormatBool(delta), NodeCluster: "test", XDSAddress: lis.Addr().String(), Delta: delta, AdminAddress: "127.0.0.1:0"})
 			if err != nil {
 				t.Fatal(err)
 			}
-			y, _ := BootstrapYAML(b)
+			y, _ := envoyconf.BootstrapYAML(b)
 			path := filepath.Join(dir, "bootstrap.yaml")
 			os.WriteFile(path, y, 0o644)
 			before := map[string]float64{}

@@ -7,6 +7,8 @@ import (
 	luav3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/lua/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/skewgate/skewgate/xds/envoyconf"
 )
 
 const filterLua = "envoy.filters.http.lua"
@@ -37,7 +39,7 @@ var IdentityRefusalScript string
 //     before any filter. No Lua change can re-route a request; ext_proc's answer clears the cache,
 //     and no route matches a header a Lua filter sets (X-Remote-*, the refusal marker).
 func luaFilter(name, statPrefix, script string) (*hcmv3.HttpFilter, error) {
-	cfg, err := pack(&luav3.Lua{
+	cfg, err := envoyconf.Pack(&luav3.Lua{
 		DefaultSourceCode: &corev3.DataSource{Specifier: &corev3.DataSource_InlineString{InlineString: script}},
 		StatPrefix:        statPrefix,
 		ClearRouteCache:   wrapperspb.Bool(false),

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/skewgate/skewgate/internal/xdstest"
+	"github.com/skewgate/skewgate/xds/envoyconf"
 )
 
 // walk calls visit for m and every message inside it, depth first, with the path of field names that
@@ -97,12 +98,17 @@ func TestNoInlineCertificates(t *testing.T) {
 			t.Errorf("secret %s is not served", want)
 		}
 	}
-	b, err := Bootstrap(exampleBootstrap())
+	// The bootstrap with mTLS to the xDS server, as envoy/bootstrap.yaml renders it.
+	bo := envoyconf.BootstrapOptions{
+		NodeID: "front-1", NodeCluster: "skewgate-front", XDSAddress: "skewgate.cp-1.example:18000",
+		XDSCAFile: "/etc/skewgate/xds/ca.crt", XDSCertFile: "/etc/skewgate/xds/tls.crt", XDSKeyFile: "/etc/skewgate/xds/tls.key",
+	}
+	b, err := envoyconf.Bootstrap(bo)
 	if err != nil {
 		t.Fatal(err)
 	}
 	msgs = append(msgs, b)
-	files, err := BootstrapSDSFiles(exampleBootstrap())
+	files, err := envoyconf.BootstrapSDSFiles(bo)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,13 +125,13 @@ func TestNoInlineCertificates(t *testing.T) {
 
 	// The check itself finds an inline certificate.
 	c := proto.Clone(rs.Clusters[0]).(*clusterv3.Cluster)
-	ts, err := pack(&tlsv3.UpstreamTlsContext{CommonTlsContext: &tlsv3.CommonTlsContext{
-		TlsCertificates: []*tlsv3.TlsCertificate{{CertificateChain: file("/c.crt"), PrivateKey: file("/c.key")}},
+	ts, err := envoyconf.Pack(&tlsv3.UpstreamTlsContext{CommonTlsContext: &tlsv3.CommonTlsContext{
+		TlsCertificates: []*tlsv3.TlsCertificate{{CertificateChain: envoyconf.File("/c.crt"), PrivateKey: envoyconf.File("/c.key")}},
 	}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.TransportSocket = &corev3.TransportSocket{Name: transportTLS, ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: ts}}
+	c.TransportSocket = &corev3.TransportSocket{Name: envoyconf.TransportTLS, ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: ts}}
 	if bad := inlineCertificates(t, c); len(bad) != 1 {
 		t.Errorf("an inline certificate was reported %d times: %v", len(bad), bad)
 	}

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/skewgate/skewgate/internal/wire"
+	"github.com/skewgate/skewgate/xds/envoyconf"
 )
 
 // Filter and transport socket names Envoy registers the typed configs under.
@@ -26,7 +27,6 @@ const (
 	filterHeaderMutation = "envoy.filters.http.header_mutation"
 	filterExtProc        = "envoy.filters.http.ext_proc"
 	filterRouter         = "envoy.filters.http.router"
-	transportTLS         = "envoy.transport_sockets.tls"
 )
 
 // strippedHeaders are removed from every request before any other filter runs, by a filter that does
@@ -66,7 +66,7 @@ func (tb *translator) listener() (*listenerv3.Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	hcmAny, err := pack(tb.connectionManager(filters))
+	hcmAny, err := envoyconf.Pack(tb.connectionManager(filters))
 	if err != nil {
 		return nil, err
 	}
@@ -76,7 +76,7 @@ func (tb *translator) listener() (*listenerv3.Listener, error) {
 	}
 	return &listenerv3.Listener{
 		Name:    wire.ListenerName,
-		Address: socketAddress(tb.o.ListenAddress, tb.o.ListenPort),
+		Address: envoyconf.SocketAddress(tb.o.ListenAddress, tb.o.ListenPort),
 		FilterChains: []*listenerv3.FilterChain{{
 			Filters:         []*listenerv3.Filter{{Name: filterHCM, ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: hcmAny}}},
 			TransportSocket: ts,
@@ -95,15 +95,15 @@ func (tb *translator) listener() (*listenerv3.Listener, error) {
 // httpFilters is the connection manager's filter chain: strip what a client must never claim, set
 // the identity, ask ext_proc where the request goes, refuse what the identity filter refused, route.
 func (tb *translator) httpFilters() ([]*hcmv3.HttpFilter, error) {
-	stripAny, err := pack(stripConfig())
+	stripAny, err := envoyconf.Pack(stripConfig())
 	if err != nil {
 		return nil, err
 	}
-	extProc, err := pack(tb.extProcFilter())
+	extProc, err := envoyconf.Pack(tb.extProcFilter())
 	if err != nil {
 		return nil, err
 	}
-	router, err := pack(&routerv3.Router{})
+	router, err := envoyconf.Pack(&routerv3.Router{})
 	if err != nil {
 		return nil, err
 	}
@@ -144,7 +144,7 @@ func (tb *translator) connectionManager(filters []*hcmv3.HttpFilter) *hcmv3.Http
 		CodecType:  hcmv3.HttpConnectionManager_AUTO,
 		RouteSpecifier: &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{
 			RouteConfigName: wire.RouteConfigName,
-			ConfigSource:    adsSource(),
+			ConfigSource:    envoyconf.ADSSource(),
 		}},
 		HttpFilters: filters,
 		// exec, attach and port-forward: kubectl upgrades to SPDY/3.1, newer clients to WebSocket.
@@ -198,7 +198,7 @@ func (tb *translator) downstreamTLS() (*corev3.TransportSocket, error) {
 	// disable_stateless_session_resumption issues no session tickets (ServerContextImpl,
 	// source/common/tls/server_context_impl.cc, stored copies of main). A client then does a full
 	// handshake per connection; kubelets and controllers keep theirs open for hours.
-	tlsAny, err := pack(&tlsv3.DownstreamTlsContext{
+	tlsAny, err := envoyconf.Pack(&tlsv3.DownstreamTlsContext{
 		CommonTlsContext:                 common,
 		RequireClientCertificate:         wrapperspb.Bool(false),
 		SessionTicketKeysType:            &tlsv3.DownstreamTlsContext_DisableStatelessSessionResumption{DisableStatelessSessionResumption: true},
@@ -207,7 +207,7 @@ func (tb *translator) downstreamTLS() (*corev3.TransportSocket, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &corev3.TransportSocket{Name: transportTLS, ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: tlsAny}}, nil
+	return &corev3.TransportSocket{Name: envoyconf.TransportTLS, ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: tlsAny}}, nil
 }
 
 // identityHeadersPattern matches (fully, lower-case as the checker compares) every header the

@@ -5,77 +5,21 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
-	"strconv"
 	"time"
 
 	"github.com/skewgate/skewgate/internal/grpcutil"
+	"github.com/skewgate/skewgate/serve/options"
 )
 
 // Options is what the translation needs besides the Topology: where Envoy listens, and the
-// certificate files as Envoy sees them (paths on the Envoy host, which Envoy reads itself; the private
-// keys never travel over xDS).
-type Options struct {
-	// ListenAddress and ListenPort are the front's HTTPS address. Defaults: 0.0.0.0 and 6443.
-	ListenAddress string
-	ListenPort    uint32
-	// ServingCertFile and ServingKeyFile are the front's serving certificate: one the cluster's
-	// clients already trust for the address they use. Required.
-	ServingCertFile, ServingKeyFile string
-	// ClientCAFile, when set, makes the front request client certificates and verify them against it
-	// (the apiserver's --client-ca-file). Unset: client certificates are not requested.
-	ClientCAFile string
+// certificate files as Envoy sees them. It is defined, with its defaults (WithDefaults), in the leaf
+// serve/options, which `skewgate kubeadm install` imports without the runtime; serve hands its
+// flags' values to xds as they are.
+type Options = options.Envoy
 
-	// UpstreamCAFile verifies every apiserver serving certificate (for wire.UpstreamSNI). Required.
-	UpstreamCAFile string
-	// FrontProxyCertFile and FrontProxyKeyFile are the client certificate signed by the apiservers'
-	// --requestheader-client-ca-file, so they accept the identity headers the front sets. Required.
-	FrontProxyCertFile, FrontProxyKeyFile string
-
-	// ExtProcAddress is the ext_proc service, host:port or unix:///path. Required.
-	ExtProcAddress string
-	// ExtProcCAFile, ExtProcCertFile and ExtProcKeyFile turn on mTLS to the ext_proc service. All or
-	// none; without them the address must be a unix socket or loopback.
-	ExtProcCAFile, ExtProcCertFile, ExtProcKeyFile string
-	// ExtProcSNI is the server name verified on the ext_proc certificate. Default: the host of
-	// ExtProcAddress.
-	ExtProcSNI string
-	// ExtProcTimeout bounds each ext_proc exchange; after it Envoy routes by the default route
-	// (failure_mode_allow). Default 500ms. The service answers in well under a millisecond, but a
-	// request that times out takes the default route and may meet an apiserver that lacks its
-	// resource (a wrong 404): a generous timeout only costs time when the processor hangs while
-	// connected, whereas a dead processor fails open at once (connection refused). A 100 ms timeout
-	// produced one wrong 404 in 600 kubectl calls on 2 saturated cores under -race.
-	ExtProcTimeout time.Duration
-
-	// HealthCheckInterval is how often Envoy probes each apiserver's /readyz. Default 1s.
-	HealthCheckInterval time.Duration
-
-	// ForwardCertificateUID says every apiserver reads X-Remote-Uid (--requestheader-uid-headers):
-	// the identity filter then forwards a client certificate's UID attribute. Without it a
-	// certificate with a UID is refused (503): an apiserver without that flag would drop the UID
-	// silently, and kubeadm does not set it.
-	ForwardCertificateUID bool
-}
-
-// WithDefaults returns o with unset fields defaulted.
-func (o Options) WithDefaults() Options {
-	if o.ListenAddress == "" {
-		o.ListenAddress = "0.0.0.0"
-	}
-	if o.ListenPort == 0 {
-		o.ListenPort = 6443
-	}
-	if o.ExtProcTimeout == 0 {
-		o.ExtProcTimeout = 500 * time.Millisecond
-	}
-	if o.HealthCheckInterval == 0 {
-		o.HealthCheckInterval = time.Second
-	}
-	return o
-}
-
-// Validate reports every problem with o (after WithDefaults).
-func (o Options) Validate() error {
+// validateOptions reports every problem with o (after WithDefaults): the check for Options built in
+// code; serve's flags pass it (options.Options.Validate names the flags).
+func validateOptions(o Options) error {
 	var errs []error
 	required := func(v, flag string) {
 		if v == "" {
@@ -114,16 +58,4 @@ func (o Options) Validate() error {
 		errs = append(errs, fmt.Errorf("health check interval %v out of range [100ms, 1m]", o.HealthCheckInterval))
 	}
 	return errors.Join(errs...)
-}
-
-func splitHostPort(addr string) (string, uint32, error) {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return "", 0, err
-	}
-	p, err := strconv.ParseUint(port, 10, 16)
-	if err != nil || p == 0 || host == "" {
-		return "", 0, fmt.Errorf("want host:port")
-	}
-	return host, uint32(p), nil
 }

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/skewgate/skewgate/internal/wire"
+	"github.com/skewgate/skewgate/xds/envoyconf"
 )
 
 // routeConfig is the route table: the base routes around the decision table's rows (skewtable.go).
@@ -112,7 +113,7 @@ func toCluster(c string) *routev3.RouteAction {
 // SANITIZE_SET) tells ext_proc so through gRPC metadata. The route is chosen from the request as it
 // arrived, before any filter runs.
 func anonymousOverride() (*anypb.Any, error) {
-	return pack(&extprocv3.ExtProcPerRoute{Override: &extprocv3.ExtProcPerRoute_Overrides{Overrides: &extprocv3.ExtProcOverrides{
+	return envoyconf.Pack(&extprocv3.ExtProcPerRoute{Override: &extprocv3.ExtProcPerRoute_Overrides{Overrides: &extprocv3.ExtProcOverrides{
 		GrpcInitialMetadata: []*corev3.HeaderValue{{Key: wire.CredentialsMetadata, Value: wire.CredentialsNone}},
 	}}})
 }
@@ -158,7 +159,7 @@ func routeConfiguration(routes []*routev3.Route) *routev3.RouteConfiguration {
 }
 
 func retryPolicy() (*routev3.RetryPolicy, error) {
-	prev, err := pack(&previoushostsv3.PreviousHostsPredicate{})
+	prev, err := envoyconf.Pack(&previoushostsv3.PreviousHostsPredicate{})
 	if err != nil {
 		return nil, err
 	}

@@ -1,13 +1,12 @@
 package xds
 
 import (
-	"path/filepath"
-
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 
 	"github.com/skewgate/skewgate/internal/wire"
+	"github.com/skewgate/skewgate/xds/envoyconf"
 )
 
 // Secret names. Every certificate, key and CA Envoy uses travels over SDS as *file paths*, never as
@@ -35,43 +34,25 @@ const (
 	SecretExtProcCA   = "skewgate-extproc-ca"
 )
 
-// certSecret is a TlsCertificate secret of the files chain and key, watched in chain's directory
-// (Options.Validate requires the key to be in the same directory).
-func certSecret(name, chain, key string) *tlsv3.Secret {
-	return &tlsv3.Secret{Name: name, Type: &tlsv3.Secret_TlsCertificate{TlsCertificate: &tlsv3.TlsCertificate{
-		CertificateChain: file(chain), PrivateKey: file(key),
-		WatchedDirectory: &corev3.WatchedDirectory{Path: filepath.Dir(chain)},
-	}}}
-}
-
-// caSecret is a CertificateValidationContext secret of the CA bundle at path, watched in its
-// directory.
-func caSecret(name, path string) *tlsv3.Secret {
-	return &tlsv3.Secret{Name: name, Type: &tlsv3.Secret_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
-		TrustedCa:        file(path),
-		WatchedDirectory: &corev3.WatchedDirectory{Path: filepath.Dir(path)},
-	}}}
-}
-
 func (tb *translator) secrets() []*tlsv3.Secret {
 	out := []*tlsv3.Secret{
-		certSecret(SecretFrontCert, tb.o.ServingCertFile, tb.o.ServingKeyFile),
-		certSecret(SecretFrontProxyCert, tb.o.FrontProxyCertFile, tb.o.FrontProxyKeyFile),
-		caSecret(SecretUpstreamCA, tb.o.UpstreamCAFile),
+		envoyconf.CertSecret(SecretFrontCert, tb.o.ServingCertFile, tb.o.ServingKeyFile),
+		envoyconf.CertSecret(SecretFrontProxyCert, tb.o.FrontProxyCertFile, tb.o.FrontProxyKeyFile),
+		envoyconf.CASecret(SecretUpstreamCA, tb.o.UpstreamCAFile),
 	}
 	if tb.o.ClientCAFile != "" {
-		out = append(out, caSecret(SecretClientCA, tb.o.ClientCAFile))
+		out = append(out, envoyconf.CASecret(SecretClientCA, tb.o.ClientCAFile))
 	}
 	if tb.o.ExtProcCAFile != "" {
 		out = append(out,
-			certSecret(SecretExtProcCert, tb.o.ExtProcCertFile, tb.o.ExtProcKeyFile),
-			caSecret(SecretExtProcCA, tb.o.ExtProcCAFile))
+			envoyconf.CertSecret(SecretExtProcCert, tb.o.ExtProcCertFile, tb.o.ExtProcKeyFile),
+			envoyconf.CASecret(SecretExtProcCA, tb.o.ExtProcCAFile))
 	}
 	return out
 }
 
 func sdsRef(name string) *tlsv3.SdsSecretConfig {
-	return &tlsv3.SdsSecretConfig{Name: name, SdsConfig: adsSource()}
+	return &tlsv3.SdsSecretConfig{Name: name, SdsConfig: envoyconf.ADSSource()}
 }
 
 // apiserverTLS is the upstream TLS of the apiserver clusters: the cluster CA by SDS and the name
@@ -93,11 +74,11 @@ func apiserverTLS(alpn string, clientCert bool) (*corev3.TransportSocket, error)
 		// The front-proxy client certificate: the apiserver trusts X-Remote-* only from it.
 		common.TlsCertificateSdsSecretConfigs = []*tlsv3.SdsSecretConfig{sdsRef(SecretFrontProxyCert)}
 	}
-	tlsAny, err := pack(&tlsv3.UpstreamTlsContext{Sni: wire.UpstreamSNI, CommonTlsContext: common})
+	tlsAny, err := envoyconf.Pack(&tlsv3.UpstreamTlsContext{Sni: wire.UpstreamSNI, CommonTlsContext: common})
 	if err != nil {
 		return nil, err
 	}
-	return &corev3.TransportSocket{Name: transportTLS, ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: tlsAny}}, nil
+	return &corev3.TransportSocket{Name: envoyconf.TransportTLS, ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: tlsAny}}, nil
 }
 
 type socketKey struct {

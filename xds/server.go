@@ -100,7 +100,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, errors.New("xds: no Topology source")
 	}
 	cfg.Options = cfg.Options.WithDefaults()
-	if err := cfg.Options.Validate(); err != nil {
+	if err := validateOptions(cfg.Options); err != nil {
 		return nil, fmt.Errorf("xds: %w", err)
 	}
 	if cfg.Grace == 0 {

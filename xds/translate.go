@@ -9,8 +9,6 @@ import (
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/internal/wire"
@@ -54,33 +52,12 @@ func (rs *Resources) ClusterNames() []string {
 	return out
 }
 
-// validator is what every generated Envoy message implements (protoc-gen-validate).
-type validator interface {
-	proto.Message
-	ValidateAll() error
-}
-
-// pack validates m and packs it into an Any: go-control-plane's snapshot validation (Consistent) only
-// checks that EDS and RDS names resolve and never unpacks a typed config, so an invalid one would
-// otherwise reach Envoy and be NACKed. It packs deterministically (map entries in key order), so an
-// unchanged config packs to the same bytes and the server sees an unchanged translation as one.
-func pack(m validator) (*anypb.Any, error) {
-	if err := m.ValidateAll(); err != nil {
-		return nil, fmt.Errorf("%s: %w", m.ProtoReflect().Descriptor().FullName(), err)
-	}
-	a := new(anypb.Any)
-	if err := anypb.MarshalFrom(a, m, proto.MarshalOptions{Deterministic: true}); err != nil {
-		return nil, err
-	}
-	return a, nil
-}
-
 // Translate turns a Topology into Envoy resources. It is pure: the same Topology and Options give the
 // same resources. A nil Topology (discovery not synced) is an error: there is nothing true to say yet,
 // and an Envoy must keep its last configuration rather than get an empty one.
 func Translate(t *discovery.Topology, o Options) (*Resources, error) {
 	o = o.WithDefaults()
-	if err := o.Validate(); err != nil {
+	if err := validateOptions(o); err != nil {
 		return nil, err
 	}
 	if t == nil {

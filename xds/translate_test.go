@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"sigs.k8s.io/yaml"
@@ -96,31 +95,10 @@ func TestTranslateGolden(t *testing.T) {
 	}
 }
 
-// checkGolden holds got to the golden file at path; with -update it rewrites the file instead.
-// rerun is the command that rewrites it.
+// checkGolden holds got to the golden file at path (xdstest.CheckGolden, -update rewrites it).
 func checkGolden(t *testing.T, path string, got []byte, rerun string) {
 	t.Helper()
-	if *update {
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run %s)", err, rerun)
-	}
-	if string(want) != string(got) {
-		t.Errorf("%s differs; if the change is intended run %s\n%s", path, rerun, lineDiff(string(want), string(got)))
-	}
-}
-
-// lineDiff shows every differing line of two texts (-golden +now), with context.
-func lineDiff(golden, now string) string {
-	return cmp.Diff(strings.Split(golden, "\n"), strings.Split(now, "\n"))
+	xdstest.CheckGolden(t, path, got, *update, rerun)
 }
 
 func TestTranslateClusters(t *testing.T) {

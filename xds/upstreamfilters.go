@@ -5,6 +5,8 @@ import (
 	headermutationv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/header_mutation/v3"
 	upstreamcodecv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/upstream_codec/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+
+	"github.com/skewgate/skewgate/xds/envoyconf"
 )
 
 // immediateHealthCheckFailHeader is Http::Headers::EnvoyImmediateHealthCheckFail
@@ -52,7 +54,7 @@ const (
 // copy of router.cc read (back to the 1.x series before upstream filters) has
 // the same unconditional check.
 func apiserverUpstreamFilters() ([]*hcmv3.HttpFilter, error) {
-	strip, err := pack(&headermutationv3.HeaderMutation{Mutations: &headermutationv3.Mutations{
+	strip, err := envoyconf.Pack(&headermutationv3.HeaderMutation{Mutations: &headermutationv3.Mutations{
 		ResponseMutations: []*mutationrulesv3.HeaderMutation{{
 			Action: &mutationrulesv3.HeaderMutation_Remove{Remove: immediateHealthCheckFailHeader},
 		}},
@@ -60,7 +62,7 @@ func apiserverUpstreamFilters() ([]*hcmv3.HttpFilter, error) {
 	if err != nil {
 		return nil, err
 	}
-	codec, err := pack(&upstreamcodecv3.UpstreamCodec{})
+	codec, err := envoyconf.Pack(&upstreamcodecv3.UpstreamCodec{})
 	if err != nil {
 		return nil, err
 	}

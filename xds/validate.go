@@ -3,6 +3,8 @@ package xds
 import (
 	"reflect"
 	"slices"
+
+	"github.com/skewgate/skewgate/xds/envoyconf"
 )
 
 // sharedValidator validates messages of one type that share parts by pointer (the apiserver clusters
@@ -17,7 +19,7 @@ import (
 // those fields cleared; oneofs and scalars are always checked. Clearing can only add an error (were a
 // cleared field required), never hide one. Nothing may modify the messages while one
 // sharedValidator is in use.
-type sharedValidator[M validator] struct {
+type sharedValidator[M envoyconf.Validator] struct {
 	// fields are M's exported pointer, slice and map fields (oneofs are interfaces), each with the
 	// values that passed in it, up to maxKnown of them: the first messages hold the shared values, and
 	// a value not remembered is merely validated again.
@@ -47,7 +49,7 @@ type identity struct {
 	len int
 }
 
-func newSharedValidator[M validator]() *sharedValidator[M] {
+func newSharedValidator[M envoyconf.Validator]() *sharedValidator[M] {
 	t := reflect.TypeFor[M]().Elem()
 	v := &sharedValidator[M]{scratch: reflect.New(t).Elem()}
 	for i := range t.NumField() {

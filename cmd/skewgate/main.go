@@ -28,7 +28,7 @@ import (
 	"github.com/skewgate/skewgate/internal/wire"
 	"github.com/skewgate/skewgate/serve"
 	"github.com/skewgate/skewgate/serve/options"
-	"github.com/skewgate/skewgate/xds"
+	"github.com/skewgate/skewgate/xds/envoyconf"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -109,7 +109,7 @@ func checkGCPercent(v int) error {
 }
 
 func newBootstrapCommand() *cobra.Command {
-	var o xds.BootstrapOptions
+	var o envoyconf.BootstrapOptions
 	var out, sdsOut string
 	var sotw, plaintextLoopback bool
 	cmd := &cobra.Command{
@@ -127,15 +127,15 @@ two SDS files, so it reloads them when they are rotated: they are written to --s
 			if grpcutil.IsLoopbackTCP(o.XDSAddress) && o.XDSCAFile+o.XDSCertFile+o.XDSKeyFile == "" && !plaintextLoopback {
 				return fmt.Errorf("--xds-address=%s: plaintext gRPC on loopback TCP is open to every local user and host-network pod: use a unix socket (unix:///path), or give --xds-ca-file, --xds-cert-file and --xds-key-file; %s allows it for development and tests", o.XDSAddress, grpcutil.PlaintextLoopbackFlag)
 			}
-			b, err := xds.Bootstrap(o)
+			b, err := envoyconf.Bootstrap(o)
 			if err != nil {
 				return err
 			}
-			y, err := xds.BootstrapYAML(b)
+			y, err := envoyconf.BootstrapYAML(b)
 			if err != nil {
 				return err
 			}
-			sds, err := xds.BootstrapSDSFiles(o)
+			sds, err := envoyconf.BootstrapSDSFiles(o)
 			if err != nil {
 				return err
 			}
@@ -166,7 +166,7 @@ two SDS files, so it reloads them when they are rotated: they are written to --s
 	fs.StringVar(&o.XDSCertFile, "xds-cert-file", "", "Envoy's client certificate for xDS")
 	fs.StringVar(&o.XDSKeyFile, "xds-key-file", "", "key of --xds-cert-file")
 	fs.StringVar(&o.XDSSNI, "xds-sni", "", "server name verified on the xDS certificate (default: its host)")
-	fs.StringVar(&o.SDSDir, "sds-dir", xds.DefaultSDSDir, "directory, as Envoy sees it, of the SDS files that load the xDS client certificate and CA (mTLS only)")
+	fs.StringVar(&o.SDSDir, "sds-dir", envoyconf.DefaultSDSDir, "directory, as Envoy sees it, of the SDS files that load the xDS client certificate and CA (mTLS only)")
 	fs.StringVar(&sdsOut, "sds-output-dir", "", "write the SDS files here instead of --sds-dir (e.g. to build a ConfigMap)")
 	fs.StringVar(&o.AdminAddress, "admin-address", "127.0.0.1:9901", "Envoy admin listener: a loopback host:port, or unix:///path (a socket only Envoy's user may use)")
 	fs.BoolVar(&sotw, "sotw", false, "use state-of-the-world xDS instead of delta")

@@ -18,7 +18,7 @@ import (
 	"github.com/skewgate/skewgate/discovery"
 	"github.com/skewgate/skewgate/serve"
 	"github.com/skewgate/skewgate/serve/options"
-	"github.com/skewgate/skewgate/xds"
+	"github.com/skewgate/skewgate/xds/envoyconf"
 )
 
 func TestTopologyCommand(t *testing.T) {
@@ -100,7 +100,7 @@ func TestBootstrapCommandWritesSDSFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{xds.XDSCertSDSFile, xds.XDSCASDSFile} {
+	for _, name := range []string{envoyconf.XDSCertSDSFile, envoyconf.XDSCASDSFile} {
 		sds, err := os.ReadFile(filepath.Join(dir, "sds", name))
 		if err != nil {
 			t.Fatal(err)

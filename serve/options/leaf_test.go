@@ -24,21 +24,25 @@ func deps(t *testing.T, pkg string) []string {
 }
 
 // TestLeaf: the options import no runtime package (only internal/ leaf helpers), so `skewgate kubeadm
-// install` validates serve's flags without linking the control plane: it never depends on serve or
-// extproc (it renders Envoy's bootstrap with xds, which is all it takes from the runtime).
+// install` validates serve's flags without linking the control plane; it renders Envoy's bootstrap
+// with xds/envoyconf, itself a leaf, so it links no runtime package at all.
 func TestLeaf(t *testing.T) {
-	for _, dep := range deps(t, ".") {
-		if !strings.HasPrefix(dep, "internal/") && dep != "serve/options" {
-			t.Errorf("serve/options depends on %s", dep)
+	for _, pkg := range []string{".", "../../xds/envoyconf"} {
+		for _, dep := range deps(t, pkg) {
+			if !strings.HasPrefix(dep, "internal/") && dep != "serve/options" && dep != "xds/envoyconf" {
+				t.Errorf("%s depends on %s", pkg, dep)
+			}
 		}
 	}
 	kd := deps(t, "../../kubeadm")
-	for _, runtime := range []string{"serve", "extproc"} {
+	for _, runtime := range []string{"serve", "extproc", "xds", "discovery", "decision", "openapi"} {
 		if slices.Contains(kd, runtime) {
 			t.Errorf("kubeadm depends on %s: %v", runtime, kd)
 		}
 	}
-	if !slices.Contains(kd, "serve/options") {
-		t.Errorf("kubeadm no longer validates serve's flags with serve/options: %v", kd)
+	for _, leaf := range []string{"serve/options", "xds/envoyconf"} {
+		if !slices.Contains(kd, leaf) {
+			t.Errorf("kubeadm no longer uses %s: %v", leaf, kd)
+		}
 	}
 }

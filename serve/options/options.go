@@ -81,7 +81,7 @@ func NewOptions() *Options {
 		Grace:              time.Minute,
 		LogFormat:          "json",
 		LogLevel:           "info",
-		Envoy:              Envoy{}.withDefaults(),
+		Envoy:              Envoy{}.WithDefaults(),
 	}
 }
 
@@ -131,13 +131,13 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.Pprof, "pprof", o.Pprof, "serve /debug/pprof on --http-listen, which must then be loopback (refused otherwise: profiles expose memory contents)")
 }
 
-// Complete fills derived values. Options built in code (not by AddFlags) get xds defaults for the
+// Complete fills derived values. Options built in code (not by AddFlags) get Envoy.WithDefaults for the
 // Envoy fields they left zero; flag values are validated as given.
 func (o *Options) Complete() {
 	if o.Envoy.ExtProcAddress == "" {
 		o.Envoy.ExtProcAddress = o.ExtProcListen
 	}
 	if !o.fromFlags {
-		o.Envoy = o.Envoy.withDefaults()
+		o.Envoy = o.Envoy.WithDefaults()
 	}
 }

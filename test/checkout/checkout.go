@@ -1,6 +1,6 @@
-// Package checkout names the commit an artifact describes: test/bench and test/e2e write it into
-// every result they leave under bench/results, and test/evidence refuses a figure from an artifact
-// whose commit or whose clean tree no longer holds.
+// Package checkout names the commit an artifact describes: test/bench, test/e2e and hack/maketest.sh
+// (through cmd/checkout) write it into every result they leave under bench/results, and
+// test/evidence refuses a figure from an artifact whose commit or whose clean tree no longer holds.
 package checkout
 
 import (

@@ -3,14 +3,14 @@ package front
 import (
 	"testing"
 
-	"github.com/skewgate/skewgate/xds"
+	"github.com/skewgate/skewgate/xds/envoyconf"
 )
 
 // TestEnvoyBootstrapRenders: the bootstrap a real Envoy front (ENVOY_BIN) starts with passes
 // skewgate's own validation, so the Envoy runs of the end-to-end tests can start at all.
 func TestEnvoyBootstrapRenders(t *testing.T) {
 	dir := t.TempDir()
-	b, err := xds.Bootstrap(envoyBootstrap(dir, "unix://"+dir+"/xds.sock", Options{MaxConnections: 8}))
+	b, err := envoyconf.Bootstrap(envoyBootstrap(dir, "unix://"+dir+"/xds.sock", Options{MaxConnections: 8}))
 	if err != nil {
 		t.Fatalf("the ENVOY_BIN front's bootstrap: %v", err)
 	}

@@ -20,7 +20,7 @@ import (
 
 	"github.com/skewgate/skewgate/test/dataplane"
 	"github.com/skewgate/skewgate/test/testbed"
-	"github.com/skewgate/skewgate/xds"
+	"github.com/skewgate/skewgate/xds/envoyconf"
 )
 
 // Port is the front's port (an apiserver's).
@@ -43,7 +43,7 @@ type Options struct {
 	// Switches puts a Switch (switch.go) before ext_proc and before xDS: Front.ExtProc and
 	// Front.XDS, for tests that stop, hang or restart them under traffic.
 	Switches bool
-	// MaxConnections is the bootstrap's downstream connection limit [xds default, 50 000].
+	// MaxConnections is the bootstrap's downstream connection limit [envoyconf default, 50 000].
 	MaxConnections int
 	// Logger is not used: skewgate runs as a process of its own, its log lines go to Logf.
 	Logger *zap.Logger
@@ -241,7 +241,7 @@ func dataPlaneConfig(xdsAddr string, logf func(string, ...any)) (dataplane.Confi
 	// The stand-in serves no admin listener; the address only has to pass validation.
 	bo := frontBootstrap(xdsAddr)
 	bo.AdminAddress = "127.0.0.1:9901"
-	b, err := xds.Bootstrap(bo)
+	b, err := envoyconf.Bootstrap(bo)
 	if err != nil {
 		return dataplane.Config{}, err
 	}
@@ -291,19 +291,19 @@ func (f *Front) waitServing(ctx context.Context) error {
 func withMaxConnections(cfg *dataplane.Config, xdsAddr string, n int) error {
 	bo := frontBootstrap(xdsAddr)
 	bo.AdminAddress, bo.MaxConnections = "127.0.0.1:9901", n
-	b, err := xds.Bootstrap(bo)
+	b, err := envoyconf.Bootstrap(bo)
 	cfg.Bootstrap = b
 	return err
 }
 
 // frontBootstrap is the bootstrap of the front's Envoy (or of the stand-in).
-func frontBootstrap(xdsAddr string) xds.BootstrapOptions {
-	return xds.BootstrapOptions{NodeID: "front-1", NodeCluster: "skewgate-front", XDSAddress: xdsAddr, Delta: true, AdminAddress: "127.0.0.1:0"}
+func frontBootstrap(xdsAddr string) envoyconf.BootstrapOptions {
+	return envoyconf.BootstrapOptions{NodeID: "front-1", NodeCluster: "skewgate-front", XDSAddress: xdsAddr, Delta: true, AdminAddress: "127.0.0.1:0"}
 }
 
 // envoyBootstrap is the bootstrap a real Envoy front starts with: the admin API on a socket of the
 // front's own (the bootstrap refuses port 0, and a fixed port would collide between fronts).
-func envoyBootstrap(dir, xdsAddr string, o Options) xds.BootstrapOptions {
+func envoyBootstrap(dir, xdsAddr string, o Options) envoyconf.BootstrapOptions {
 	bo := frontBootstrap(xdsAddr)
 	bo.AdminAddress = "unix://" + filepath.Join(dir, "envoy-admin.sock")
 	bo.MaxConnections = o.MaxConnections

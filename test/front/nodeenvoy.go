@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/skewgate/skewgate/test/dataplane"
-	"github.com/skewgate/skewgate/xds"
+	"github.com/skewgate/skewgate/xds/envoyconf"
 )
 
 // envoyRun is a node's real Envoy (ENVOY_BIN): the bootstrap `skewgate kubeadm install` renders for
@@ -28,7 +28,7 @@ type envoyRun struct {
 // accepts connections, which Envoy does only after its first listener arrived and warmed.
 func (n *Node) startEnvoy(ctx context.Context, bin string, ready chan struct{}, errp *error) (*envoyRun, error) {
 	cmd, logf, err := startEnvoyProcess(bin, n.o.Dir,
-		xds.BootstrapOptions{NodeID: "node-" + n.Name, NodeCluster: "skewgate-front", XDSAddress: "unix://" + n.xdsSock,
+		envoyconf.BootstrapOptions{NodeID: "node-" + n.Name, NodeCluster: "skewgate-front", XDSAddress: "unix://" + n.xdsSock,
 			Delta: n.envoyDelta(), AdminAddress: "unix://" + filepath.Join(n.o.Dir, "envoy-admin.sock")},
 		"--disable-hot-restart")
 	if err != nil {
@@ -70,12 +70,12 @@ func (r *envoyRun) stop() {
 
 // startEnvoyProcess writes the bootstrap bo renders to dir/envoy.yaml and starts bin on it with
 // args, its output appended to dir/envoy.log (a restarted Envoy keeps the earlier lines).
-func startEnvoyProcess(bin, dir string, bo xds.BootstrapOptions, args ...string) (*exec.Cmd, *os.File, error) {
-	b, err := xds.Bootstrap(bo)
+func startEnvoyProcess(bin, dir string, bo envoyconf.BootstrapOptions, args ...string) (*exec.Cmd, *os.File, error) {
+	b, err := envoyconf.Bootstrap(bo)
 	if err != nil {
 		return nil, nil, err
 	}
-	y, err := xds.BootstrapYAML(b)
+	y, err := envoyconf.BootstrapYAML(b)
 	if err != nil {
 		return nil, nil, err
 	}

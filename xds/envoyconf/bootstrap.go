@@ -1,4 +1,4 @@
-package xds
+package envoyconf
 
 import (
 	"errors"
@@ -100,8 +100,8 @@ func BootstrapSDSFiles(o BootstrapOptions) (map[string][]byte, error) {
 	}
 	out := map[string][]byte{}
 	for file, sec := range map[string]*tlsv3.Secret{
-		XDSCertSDSFile: certSecret(SecretXDSCert, o.XDSCertFile, o.XDSKeyFile),
-		XDSCASDSFile:   caSecret(SecretXDSCA, o.XDSCAFile),
+		XDSCertSDSFile: CertSecret(SecretXDSCert, o.XDSCertFile, o.XDSKeyFile),
+		XDSCASDSFile:   CASecret(SecretXDSCA, o.XDSCAFile),
 	} {
 		if err := sec.ValidateAll(); err != nil {
 			return nil, err
@@ -159,11 +159,11 @@ func Bootstrap(o BootstrapOptions) (*bootstrapv3.Bootstrap, error) {
 	if err != nil {
 		return nil, err
 	}
-	var creds *grpcCreds
+	var creds *GRPCCreds
 	if o.XDSCAFile != "" {
-		creds = &grpcCreds{cert: o.fileSDS(SecretXDSCert, XDSCertSDSFile), ca: o.fileSDS(SecretXDSCA, XDSCASDSFile)}
+		creds = &GRPCCreds{Cert: o.fileSDS(SecretXDSCert, XDSCertSDSFile), CA: o.fileSDS(SecretXDSCA, XDSCASDSFile)}
 	}
-	xdsCluster, err := grpcCluster(wire.XDSCluster, o.XDSAddress, o.XDSSNI, creds)
+	xdsCluster, err := GRPCCluster(wire.XDSCluster, o.XDSAddress, o.XDSSNI, creds)
 	if err != nil {
 		return nil, err
 	}
@@ -187,8 +187,8 @@ func Bootstrap(o BootstrapOptions) (*bootstrapv3.Bootstrap, error) {
 					EnvoyGrpc: &corev3.GrpcService_EnvoyGrpc{ClusterName: wire.XDSCluster, RetryPolicy: xdsReconnect},
 				}}},
 			},
-			CdsConfig: adsSource(),
-			LdsConfig: adsSource(),
+			CdsConfig: ADSSource(),
+			LdsConfig: ADSSource(),
 		},
 		StaticResources: &bootstrapv3.Bootstrap_StaticResources{Clusters: []*clusterv3.Cluster{xdsCluster}},
 		// The admin listener is loopback or a 0600 socket: it stays reachable to the operator when
@@ -224,7 +224,7 @@ func adminAddress(addr string) (*corev3.Address, error) {
 	if err != nil {
 		return nil, err
 	}
-	return socketAddress(host, port), nil
+	return SocketAddress(host, port), nil
 }
 
 // xdsReconnect is how soon Envoy redials skewgate after the ADS stream failed: jittered exponential

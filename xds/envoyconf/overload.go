@@ -1,4 +1,4 @@
-package xds
+package envoyconf
 
 import (
 	"fmt"
@@ -37,7 +37,7 @@ func globalConnectionsMonitor(limit int) (*overloadv3.OverloadManager, error) {
 	if err := cfg.ValidateAll(); err != nil {
 		return nil, fmt.Errorf("downstream connections monitor: %w", err)
 	}
-	a, err := pack(cfg)
+	a, err := Pack(cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -1,12 +1,17 @@
-package xds
+package envoyconf
 
 import (
+	"flag"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/skewgate/skewgate/internal/xdstest"
 )
 
-// exampleBootstrap is the example under envoy/; `go test ./xds -run Bootstrap -update` rewrites it.
+var update = flag.Bool("update", false, "rewrite envoy/bootstrap.yaml and envoy/sds/")
+
+// exampleBootstrap is the example under envoy/; `go test ./xds/envoyconf -run Bootstrap -update` rewrites it.
 func exampleBootstrap() BootstrapOptions {
 	return BootstrapOptions{
 		NodeID: "front-1", NodeCluster: "skewgate-front",
@@ -17,7 +22,7 @@ func exampleBootstrap() BootstrapOptions {
 }
 
 // The example; the SDS files go to sds/ beside it.
-const exampleBootstrapPath = "../envoy/bootstrap.yaml"
+const exampleBootstrapPath = "../../envoy/bootstrap.yaml"
 
 var bootstrapCopies = []string{exampleBootstrapPath}
 
@@ -33,7 +38,7 @@ func TestBootstrapSDSGolden(t *testing.T) {
 	for _, dir := range bootstrapCopies {
 		for name, got := range files {
 			got = append([]byte("# Rendered by `skewgate bootstrap` with mTLS; checked by TestBootstrapSDSGolden.\n"), got...)
-			checkGolden(t, filepath.Join(filepath.Dir(dir), "sds", name), got, "go test ./xds -run Bootstrap -update")
+			xdstest.CheckGolden(t, filepath.Join(filepath.Dir(dir), "sds", name), got, *update, "go test ./xds/envoyconf -run Bootstrap -update")
 		}
 	}
 	// The bootstrap names exactly these files, in the directory it watches.
@@ -60,7 +65,7 @@ func TestBootstrapGolden(t *testing.T) {
 	}
 	got = append([]byte("# Rendered by `skewgate bootstrap` (see README); checked by TestBootstrapGolden.\n"), got...)
 	for _, path := range bootstrapCopies {
-		checkGolden(t, path, got, "go test ./xds -run Bootstrap -update")
+		xdstest.CheckGolden(t, path, got, *update, "go test ./xds/envoyconf -run Bootstrap -update")
 	}
 }
 
