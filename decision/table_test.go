@@ -155,7 +155,12 @@ func TestDecideTwinsAsTwin(t *testing.T) {
 					want := ""
 					switch a.Action {
 					case ActionRoute, ActionServe:
-						want = Twin(tab.Cluster(a.Set), anonymous, upgrade)
+						// Named per request, from the set's members, as before Compile named them.
+						set := wire.AllCluster
+						if a.Set != "" {
+							set = wire.SetCluster(a.Set.Members())
+						}
+						want = Twin(set, anonymous, upgrade)
 					case ActionDefault:
 						want = Twin(wire.AllCluster, anonymous, upgrade)
 					}

@@ -88,7 +88,10 @@ func (t *Topology) openAPIWhy(key string) string {
 		return "routed only: " + r
 	}
 	if r := t.openapi.degraded[key]; r != "" {
-		return "not merged yet: " + r
+		if strings.HasPrefix(r, openapi.Waiting+" ") {
+			return "not merged yet: " + r // documents still to fetch
+		}
+		return "not merged: " + r // inputs that do not merge, until one of them changes
 	}
 	return ""
 }

@@ -121,7 +121,11 @@ func TestOpenAPIFingerprintRoutedOnly(t *testing.T) {
 		t.Fatalf("%s: not routed only (%+v)", keyAdmission, d)
 	}
 	// Only the upstreams of that route list the key: the same decision, nothing routed only.
-	listing := facts[slices.IndexFunc(facts, func(f UpstreamFacts) bool { return !slices.Contains(d.Set.Members(), f.Name) })].Name
+	other := slices.IndexFunc(facts, func(f UpstreamFacts) bool { return !slices.Contains(d.Set.Members(), f.Name) })
+	if other < 0 {
+		t.Fatalf("%s routes to every upstream (%+v): no other to list it", keyAdmission, d)
+	}
+	listing := facts[other].Name
 	one := skewForMerge(t, true, true)
 	one[1].AggregatedAPIs = facts[1].AggregatedAPIs
 	for i := range one {
@@ -135,5 +139,11 @@ func TestOpenAPIFingerprintRoutedOnly(t *testing.T) {
 	}
 	if fingerprint(single) == fingerprint(routed) {
 		t.Error("a key turned routed only and the fingerprint stayed: that Topology is never published")
+	}
+	// The reason reaches /topology and skewgate topology with the decision.
+	for _, kd := range routed.OpenAPIDecisions() {
+		if kd.Key == keyAdmission && kd.Why != "routed only: "+routed.OpenAPIRoutedOnly()[keyAdmission] {
+			t.Errorf("%s: why %q, want its routed-only reason", keyAdmission, kd.Why)
+		}
 	}
 }

@@ -7,6 +7,10 @@ import (
 	"time"
 )
 
+// Waiting begins the reason of a degraded key whose documents are still to be fetched (its other
+// reasons say why its inputs do not merge).
+const Waiting = "waiting for"
+
 // decider holds what deciding one key needs, and the Result so far.
 type decider struct {
 	now      time.Time
@@ -115,7 +119,7 @@ func (d *decider) merge(key string, groups []*group) Decision {
 	}
 	inputs := d.inputs(key, groups)
 	if len(inputs) < len(groups) {
-		note(&d.res.Degraded, key, fmt.Sprintf("waiting for %d of %d documents", len(groups)-len(inputs), len(groups)))
+		note(&d.res.Degraded, key, fmt.Sprintf("%s %d of %d documents", Waiting, len(groups)-len(inputs), len(groups)))
 		return degraded
 	}
 	merged, err := d.memo.Merge(key, inputs, d.now)

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 )
 
@@ -53,13 +55,15 @@ func (l *losingKinds) admit(name string, ks []gvk) ([]gvk, error) {
 // collect records the kinds of the group-version the schemas of the result claim.
 func (l *losingKinds) collect() error {
 	l.claimed = map[gvk]bool{}
-	for name, s := range l.result {
+	// In name order: the first error (a degraded key's reason) is the same at every rebuild.
+	for _, name := range slices.Sorted(maps.Keys(l.result)) {
+		s := l.result[name]
 		if !bytes.Contains(s, []byte(gvkExtension)) {
 			continue
 		}
 		ks, _, err := schemaKinds(s)
 		if err != nil {
-			return fmt.Errorf("schema %s: %w", name, err)
+			return fmt.Errorf("schema %.200q: %w", name, err)
 		}
 		for _, k := range ks {
 			if k.Group == l.group && k.Version == l.version {

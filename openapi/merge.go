@@ -105,7 +105,9 @@ func Merge(key string, inputs []*Spec, now time.Time) (*Spec, error) {
 		if err != nil {
 			return nil, fmt.Errorf("document %s: %w", shortHash(in.Hash), err)
 		}
-		for p := range d.paths {
+		// In path order: with several foreign paths the error (a degraded key's reason, part of
+		// the Topology's fingerprint) names the same one at every rebuild.
+		for _, p := range slices.Sorted(maps.Keys(d.paths)) {
 			if p != root && !strings.HasPrefix(p, root+"/") {
 				return nil, fmt.Errorf("document %s: path %.200q is not under %s: %w", shortHash(in.Hash), p, root, errForeignPath)
 			}
@@ -139,7 +141,7 @@ func Merge(key string, inputs []*Spec, now time.Time) (*Spec, error) {
 				kept, err = kinds.keepAdded(name, s)
 			}
 			if err != nil {
-				return nil, fmt.Errorf("schema %s: %w", name, err)
+				return nil, fmt.Errorf("schema %.200q: %w", name, err)
 			}
 			schemas[name] = kept
 		}

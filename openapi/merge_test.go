@@ -174,7 +174,7 @@ func TestMergeOpenAPIRejects(t *testing.T) {
 		{"paths not an object", `{"paths":[],"components":{"schemas":{}}}`, "paths: not a JSON object"},
 		{"schemas not an object", `{"paths":{},"components":{"schemas":"x"}}`, "components.schemas: not a JSON object"},
 		{"not an object", `[1]`, "not a JSON object"},
-		{"bad GVK list on clash", `{"paths":{},"components":{"schemas":{"a":{"x-kubernetes-group-version-kind":"x"}}}}`, "schema a"},
+		{"bad GVK list on clash", `{"paths":{},"components":{"schemas":{"a":{"x-kubernetes-group-version-kind":"x"}}}}`, `schema "a"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Merge("apis/g/v1", []*Spec{ok, spec(t, tc.doc)}, time.Unix(1, 0))

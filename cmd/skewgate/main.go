@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	"github.com/spf13/cobra"
 
@@ -287,7 +288,7 @@ func printTopology(w io.Writer, v serve.TopologyView) error {
 			if d.Action == discovery.ActionServe {
 				cluster = "merged at the front; failing open " + cluster
 			}
-			fmt.Fprintf(tw, "/openapi/v3/%s\t%.12s\t%s\t%s\t%s\n", d.Key, d.Hash, d.Action, cluster, d.Why)
+			fmt.Fprintf(tw, "/openapi/v3/%s\t%.12s\t%s\t%s\t%s\n", d.Key, d.Hash, d.Action, cluster, printable(d.Why))
 		}
 	}
 	return tw.Flush()
@@ -300,4 +301,14 @@ func newVersionCommand(w io.Writer) *cobra.Command {
 		Args:  cobra.NoArgs,
 		Run:   func(*cobra.Command, []string) { fmt.Fprintln(w, "skewgate", version) },
 	}
+}
+
+// printable replaces what a terminal would act on (a reason can quote an upstream's document).
+func printable(s string) string {
+	return strings.Map(func(r rune) rune {
+		if unicode.IsPrint(r) {
+			return r
+		}
+		return '?'
+	}, s)
 }

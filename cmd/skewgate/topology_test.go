@@ -17,7 +17,7 @@ func TestPrintTopologyShowsOpenAPI(t *testing.T) {
 		{Key: "apis/apps/v1", OpenAPIDecision: discovery.OpenAPIDecision{Action: discovery.ActionRoute, Set: "new", Hash: "E6837BF046F7D2603C"}},
 		{Key: "apis/x.io/v1", OpenAPIDecision: discovery.OpenAPIDecision{Action: discovery.ActionServe, Set: "old", Hash: "0123456789ABCDEF"}},
 		{Key: "apis/evil.example.com/v1", OpenAPIDecision: discovery.OpenAPIDecision{Action: discovery.ActionRoute, Set: "new", Hash: "2DD4EA89A55C"},
-			Why: "routed only: served by an aggregated APIService"},
+			Why: "routed only: an aggregated APIService serves it (its server can answer skewgate alone)\x1b[2J"},
 	}}
 	var b bytes.Buffer
 	if err := printTopology(&b, v); err != nil {
@@ -25,10 +25,13 @@ func TestPrintTopologyShowsOpenAPI(t *testing.T) {
 	}
 	out := b.String()
 	for _, want := range []string{"/openapi/v3/apis/apps/v1", "E6837BF046F7", "route", "skewgate-upstream-new", "serve", "merged at the front; failing open skewgate-upstream-old",
-		"/openapi/v3/apis/evil.example.com/v1", "routed only: served by an aggregated APIService"} {
+		"/openapi/v3/apis/evil.example.com/v1", "routed only: an aggregated APIService serves it (its server can answer skewgate alone)?[2J"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
+	}
+	if strings.Contains(out, "\x1b") {
+		t.Errorf("a control character of a reason reached the terminal:\n%q", out)
 	}
 	if strings.Contains(out, "E6837BF046F7D") {
 		t.Errorf("hash not shortened to 12 characters:\n%s", out)
