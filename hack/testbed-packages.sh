@@ -15,8 +15,9 @@ for cmd in "${!pkg[@]}"; do
 done
 [[ ${#missing[@]} -eq 0 ]] && { log "present"; exit 0; }
 if [[ $(id -u) -ne 0 ]] || ! command -v apt-get >/dev/null; then
-	log "missing packages ${missing[*]}: install them (as root, with apt-get on Debian)"
-	exit 1
+	# Only the in-cluster tests need them, and they need root anyway: they fail with the reason.
+	log "missing packages ${missing[*]} (test/incluster needs them): install them as root, with apt-get on Debian"
+	exit 0
 fi
 log "installing ${missing[*]}"
 apt-get update -qq
