@@ -73,3 +73,15 @@ func TestServingSANs(t *testing.T) {
 		}
 	}
 }
+
+// TestKubeProxyRefusesHostNamespace: kube-proxy rewrites the nat table of the namespace it runs in,
+// so outside Network mode in the test's own namespace it is never started.
+func TestKubeProxyRefusesHostNamespace(t *testing.T) {
+	t.Setenv("SKEWGATE_NETNS", "")
+	for _, cfg := range []Config{{}, {Network: netip.MustParsePrefix("198.18.0.0/24")}} {
+		tb := &Testbed{cfg: cfg, PKI: &PKI{}}
+		if _, err := tb.StartKubeProxy(t.Context(), KubeProxyOptions{NodeIP: netip.MustParseAddr("198.18.0.254")}); err == nil || !strings.Contains(err.Error(), "network namespace") {
+			t.Errorf("Network %v outside the namespace: want a refusal, got %v", cfg.Network, err)
+		}
+	}
+}
