@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the testbed needs beyond Go: iproute2 (`ip`, test/netns sets up the
 # in-cluster tests' network namespace with it), iptables (kube-proxy's iptables mode programs the
-# `kubernetes` Service with it) and conntrack. Idempotent: does nothing when every command is there.
+# `kubernetes` Service with it; it clears conntrack entries over netlink, so no conntrack tool) and
+# util-linux (`unshare`). Idempotent: does nothing when every command is there.
 #
 #   hack/testbed-packages.sh
 set -euo pipefail
 
 log() { printf 'testbed-packages: %s\n' "$*" >&2; }
 
-declare -A pkg=([ip]=iproute2 [iptables]=iptables [conntrack]=conntrack [unshare]=util-linux)
+declare -A pkg=([ip]=iproute2 [iptables]=iptables [unshare]=util-linux)
 missing=()
 for cmd in "${!pkg[@]}"; do
 	command -v "$cmd" >/dev/null || PATH=$PATH:/usr/sbin:/sbin command -v "$cmd" >/dev/null || missing+=("${pkg[$cmd]}")

@@ -63,12 +63,12 @@ func startCluster(t *testing.T) *cluster {
 	slices.Sort(want)
 	var got []string
 	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		slices, err := admin.DiscoveryV1().EndpointSlices(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=kubernetes"})
+		list, err := admin.DiscoveryV1().EndpointSlices(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=kubernetes"})
 		if err != nil {
-			return false, nil
+			return false, nil // the apiserver may still be starting its informers; the poll's deadline bounds this
 		}
-		got = sliceAddresses(slices.Items)
-		return slicesEqual(got, want), nil
+		got = sliceAddresses(list.Items)
+		return slices.Equal(got, want), nil
 	})
 	if err != nil {
 		t.Fatalf("the kubernetes EndpointSlice never listed every apiserver: got %v, want %v: %v", got, want, err)
@@ -88,6 +88,7 @@ func startCluster(t *testing.T) *cluster {
 	return &cluster{tb: tb, admin: admin, kp: kp, endpoints: got}
 }
 
+// sliceAddresses lists every endpoint address of the slices, sorted.
 func sliceAddresses(items []discoveryv1.EndpointSlice) []string {
 	var out []string
 	for _, s := range items {
@@ -98,8 +99,6 @@ func sliceAddresses(items []discoveryv1.EndpointSlice) []string {
 	slices.Sort(out)
 	return out
 }
-
-func slicesEqual(a, b []string) bool { return slices.Equal(a, b) }
 
 // serviceAccountClient creates a ServiceAccount allowed to list the skewed resource (and nothing
 // else), waits until every apiserver's authorizer agrees, and returns a client configured as

@@ -74,7 +74,8 @@ func check() error {
 }
 
 // reexec runs this very test binary under `unshare --net` and returns its exit code. The child dies
-// with this process (Pdeathsig); SIGINT and SIGTERM are passed on so its cleanups run.
+// with this process (Pdeathsig); SIGINT and SIGTERM are passed on so its cleanups run, and SIGQUIT
+// (go test's signal to a test past its deadline) so the goroutine dump is the child's.
 func reexec() int {
 	self, err := os.Executable()
 	if err != nil {
@@ -86,7 +87,7 @@ func reexec() int {
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGQUIT)
 	if err := cmd.Start(); err != nil {
 		fmt.Fprintf(os.Stderr, "netns: start unshare --net: %v\n", err)
 		return 1

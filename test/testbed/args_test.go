@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"k8s.io/client-go/util/cert"
+
+	"github.com/skewgate/skewgate/test/netns"
 )
 
 // TestNoAnonymousFlag: ApiserverSpec.NoAnonymous reaches the apiserver's command line, and only
@@ -77,7 +79,7 @@ func TestServingSANs(t *testing.T) {
 // TestKubeProxyRefusesHostNamespace: kube-proxy rewrites the nat table of the namespace it runs in,
 // so outside Network mode in the test's own namespace it is never started.
 func TestKubeProxyRefusesHostNamespace(t *testing.T) {
-	t.Setenv("SKEWGATE_NETNS", "")
+	t.Setenv(netns.Marker, "")
 	for _, cfg := range []Config{{}, {Network: netip.MustParsePrefix("198.18.0.0/24")}} {
 		tb := &Testbed{cfg: cfg, PKI: &PKI{}}
 		if _, err := tb.StartKubeProxy(t.Context(), KubeProxyOptions{NodeIP: netip.MustParseAddr("198.18.0.254")}); err == nil || !strings.Contains(err.Error(), "network namespace") {

@@ -95,6 +95,8 @@ func (tb *Testbed) StartKubeProxy(ctx context.Context, o KubeProxyOptions) (*Kub
 		// No pods here; the range only tells kube-proxy what "local" traffic is.
 		"--cluster-cidr=10.244.0.0/16",
 		// Leave the kernel's conntrack settings as they are (0 = as-is).
+		// NodePorts on the node address only: no route_localnet sysctl, no warning.
+		"--nodeport-addresses=primary",
 		"--conntrack-max-per-core=0",
 		"--conntrack-tcp-timeout-established=0",
 		"--conntrack-tcp-timeout-close-wait=0",
