@@ -9,6 +9,8 @@ SHELL := bash
 # Apiserver versions the testbed can run; adding one is a one-word change here.
 APISERVER_VERSIONS ?= v1.35.4 v1.36.3
 ETCD_VERSION       ?= v3.6.8
+# kube-proxy for the in-cluster tests (test/incluster): the same Kubernetes module as the newest apiserver.
+KUBE_PROXY_VERSION ?= v1.36.3
 # Binaries are cached here, keyed by version (gitignored).
 TESTBED_DIR        ?= .testbed
 GO                 ?= go
@@ -34,8 +36,10 @@ image:
 vet:
 	$(GO) vet ./...
 
+# The Debian packages the testbed needs (iptables and conntrack for kube-proxy), then the binaries.
 testbed-bins:
-	hack/testbed-bins.sh $(TESTBED_DIR) $(ETCD_VERSION) $(APISERVER_VERSIONS)
+	hack/testbed-packages.sh
+	KUBE_PROXY_VERSION=$(KUBE_PROXY_VERSION) hack/testbed-bins.sh $(TESTBED_DIR) $(ETCD_VERSION) $(APISERVER_VERSIONS)
 
 # Every step timed (hack/maketest.sh); SKEWGATE_MAKETEST_RESULT=$PWD/bench/results/maketest.json
 # records the run there (wall time per step, cores, commit, cold or warm caches, verdict): README's

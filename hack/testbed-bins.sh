@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Builds the binaries the testbed runs, from Go modules, into a folder keyed by version.
 #
-#   hack/testbed-bins.sh OUT_DIR ETCD_VERSION APISERVER_VERSION...
+#   [KUBE_PROXY_VERSION=v1.MINOR.PATCH] hack/testbed-bins.sh OUT_DIR ETCD_VERSION APISERVER_VERSION...
 #
-# For every kube-apiserver version it writes a tiny module whose main is the upstream entry point
-# (k8s.io/kubernetes/cmd/kube-apiserver/app), with one replace line per staging module, taken from
-# k8s.io/kubernetes' own go.mod at that version (it points them at ./staging/src/...; we point them at
-# the published k8s.io/<name> v0.<minor>.<patch> modules). Binaries that already exist are left alone.
+# For every kube-apiserver version (and kube-proxy at $KUBE_PROXY_VERSION, when set) it writes a tiny
+# module whose main is the upstream entry point (k8s.io/kubernetes/cmd/<component>/app), with one
+# replace line per staging module, taken from k8s.io/kubernetes' own go.mod at that version (it points
+# them at ./staging/src/...; we point them at the published k8s.io/<name> v0.<minor>.<patch> modules).
+# Binaries that already exist are left alone.
 set -euo pipefail
 
 out=$1; etcd_version=$2; shift 2
@@ -16,13 +17,15 @@ export CGO_ENABLED=0 GOFLAGS=-mod=mod
 
 log() { printf 'testbed-bins: %s\n' "$*" >&2; }
 
-build_apiserver() {
-	local v=$1 bin="$out/bin/kube-apiserver-$1"
-	[[ -x $bin ]] && { log "kube-apiserver $v present"; return; }
-	[[ $v =~ ^v1\.([0-9]+)\.([0-9]+)$ ]] || { log "bad kube-apiserver version $v (want v1.MINOR.PATCH)"; exit 1; }
+# build_k8s COMPONENT VERSION COMMAND: COMPONENT is a folder of k8s.io/kubernetes/cmd, COMMAND the
+# constructor of its cobra command in that folder's app package.
+build_k8s() {
+	local c=$1 v=$2 command=$3 bin="$out/bin/$1-$2"
+	[[ -x $bin ]] && { log "$c $v present"; return; }
+	[[ $v =~ ^v1\.([0-9]+)\.([0-9]+)$ ]] || { log "bad $c version $v (want v1.MINOR.PATCH)"; exit 1; }
 	local minor=${BASH_REMATCH[1]} patch=${BASH_REMATCH[2]}
-	local src="$out/src/kube-apiserver-$v"
-	log "building kube-apiserver $v (several minutes on a cold cache)"
+	local src="$out/src/$c-$v"
+	log "building $c $v (several minutes on a cold cache)"
 	rm -rf "$src" && mkdir -p "$src"
 	local upstream_mod
 	upstream_mod=$(cd "$src" && go mod download -json "k8s.io/kubernetes@$v" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')
@@ -30,7 +33,7 @@ build_apiserver() {
 	local go_line
 	go_line=$(grep -m1 '^go ' "$upstream_mod")
 	{
-		echo "module skewgate.local/testbed/kube-apiserver"
+		echo "module skewgate.local/testbed/$c"
 		echo
 		echo "$go_line"
 		echo
@@ -41,18 +44,18 @@ build_apiserver() {
 		sed -n 's#^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => ./staging/src/k8s.io/[a-z0-9-]*$#\t\1 => \1 v0.'"$minor.$patch"'#p' "$upstream_mod"
 		echo ")"
 	} >"$src/go.mod"
-	cat >"$src/main.go" <<'GO'
-// Command kube-apiserver is the upstream kube-apiserver, built from its Go module for the testbed.
+	cat >"$src/main.go" <<GO
+// Command $c is the upstream $c, built from its Go module for the testbed.
 package main
 
 import (
 	"os"
 
 	"k8s.io/component-base/cli"
-	"k8s.io/kubernetes/cmd/kube-apiserver/app"
+	"k8s.io/kubernetes/cmd/$c/app"
 )
 
-func main() { os.Exit(cli.Run(app.NewAPIServerCommand())) }
+func main() { os.Exit(cli.Run(app.$command())) }
 GO
 	local vpkg=k8s.io/component-base/version
 	(cd "$src" && go mod tidy && go build -trimpath -o "$bin.tmp" \
@@ -92,4 +95,7 @@ GO
 }
 
 build_etcd "$etcd_version"
-for v in "$@"; do build_apiserver "$v"; done
+for v in "$@"; do build_k8s kube-apiserver "$v" NewAPIServerCommand; done
+# kube-proxy (cmd/kube-proxy/app.NewProxyCommand) programs the `kubernetes` Service in the in-cluster
+# tests (test/incluster); it is built from the same k8s.io/kubernetes module as the newest apiserver.
+if [[ -n ${KUBE_PROXY_VERSION:-} ]]; then build_k8s kube-proxy "$KUBE_PROXY_VERSION" NewProxyCommand; fi

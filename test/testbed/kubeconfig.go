@@ -73,8 +73,12 @@ func (tb *Testbed) writeKubeconfigs() error {
 // WriteKubeconfig writes a kubeconfig with one context per entry of servers (context name -> URL),
 // verifying servers against the cluster CA with SNI kubernetes.default.svc.
 func (tb *Testbed) WriteKubeconfig(path string, c Credential, servers map[string]string, current string) error {
+	return tb.writeKubeconfig(path, tb.authInfo(c), servers, current)
+}
+
+func (tb *Testbed) writeKubeconfig(path string, user *clientcmdapi.AuthInfo, servers map[string]string, current string) error {
 	cfg := clientcmdapi.NewConfig()
-	cfg.AuthInfos["user"] = tb.authInfo(c)
+	cfg.AuthInfos["user"] = user
 	for name, url := range servers {
 		cfg.Clusters[name] = &clientcmdapi.Cluster{Server: url, CertificateAuthority: tb.PKI.CA.Cert, TLSServerName: ServingSNI}
 		cfg.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: "user"}

@@ -173,12 +173,13 @@ func (p *PKI) IssueClient(ca *Issuer, name, user string, groups ...string) (Cert
 	return p.Issue(ca, name, CertOptions{CommonName: user, Organization: groups})
 }
 
-// IssueServing signs a serving certificate valid for ip, loopback and the in-cluster names.
+// IssueServing signs a serving certificate valid for ip, loopback and the in-cluster names and
+// ClusterIP, as kubeadm's apiserver.crt is (an in-cluster client dials https://10.96.0.1:443).
 func (p *PKI) IssueServing(name string, ips ...net.IP) (CertPair, error) {
 	return p.Issue(p.ca, name, CertOptions{
 		CommonName: "kube-apiserver",
 		DNSNames:   []string{ServingSNI, "kubernetes", "kubernetes.default", "kubernetes.default.svc.cluster.local", "localhost"},
-		IPs:        append([]net.IP{net.IPv4(127, 0, 0, 1)}, ips...),
+		IPs:        append([]net.IP{net.IPv4(127, 0, 0, 1), net.ParseIP(KubernetesServiceIP).To4()}, ips...),
 		Server:     true,
 	})
 }

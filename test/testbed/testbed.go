@@ -10,6 +10,7 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,6 +30,11 @@ const (
 
 	// APIServerPort is the secure port of every apiserver; each has its own loopback address.
 	APIServerPort = 6443
+
+	// ServiceCIDR is every apiserver's --service-cluster-ip-range; KubernetesServiceIP is its first
+	// address, the ClusterIP of the `default/kubernetes` Service, a SAN of every serving certificate.
+	ServiceCIDR         = "10.96.0.0/16"
+	KubernetesServiceIP = "10.96.0.1"
 )
 
 // ApiserverSpec describes one apiserver to run.
@@ -59,6 +65,12 @@ type Config struct {
 	Logf func(format string, args ...any)
 	// Subnet fixes the loopback /24 (127.Subnet[0].Subnet[1].0/24); zero picks one at random.
 	Subnet [2]byte
+	// Network, when set, is a non-loopback IPv4 /24 the caller made local (test/netns does, inside a
+	// network namespace of its own): etcd and the apiservers bind and advertise there instead of on
+	// loopback, and the apiservers run the default lease endpoint reconciler, so `default/kubernetes`
+	// Endpoints and EndpointSlice hold their real addresses as in a real cluster (validation refuses
+	// loopback ones). An apiserver's ExtraFlags may still set --endpoint-reconciler-type.
+	Network netip.Prefix
 }
 
 // DefaultApiservers is the skewed pair every scenario starts from: "old" is v1.35.4 with its
@@ -151,6 +163,11 @@ func Start(ctx context.Context, cfg Config) (*Testbed, error) {
 	if cfg.Subnet != [2]byte{} {
 		tb.base = [3]byte{127, cfg.Subnet[0], cfg.Subnet[1]}
 	}
+	if cfg.Network.IsValid() {
+		if tb.base, err = networkBase(cfg.Network); err != nil {
+			return nil, err
+		}
+	}
 	for i, s := range cfg.Apiservers {
 		if s.Name == "" || tb.servers[s.Name] != nil {
 			return nil, fmt.Errorf("testbed: apiserver names must be unique and non-empty, got %q", s.Name)
@@ -239,11 +256,22 @@ func randomSubnet() [3]byte {
 	return [3]byte{127, byte(10 + v/256), byte(v % 256)}
 }
 
+// networkBase checks Config.Network: an IPv4 /24, not loopback, link-local or unspecified (the
+// addresses the apiserver's endpoint validation refuses).
+func networkBase(p netip.Prefix) ([3]byte, error) {
+	a := p.Masked().Addr()
+	if !a.Is4() || p.Bits() != 24 || a.IsLoopback() || a.IsLinkLocalUnicast() || a.IsUnspecified() {
+		return [3]byte{}, fmt.Errorf("testbed: Config.Network must be a non-loopback IPv4 /24, got %s", p)
+	}
+	b := a.As4()
+	return [3]byte{b[0], b[1], b[2]}, nil
+}
+
 func (tb *Testbed) ip(host int) net.IP {
 	return net.IPv4(tb.base[0], tb.base[1], tb.base[2], byte(host)).To4()
 }
 
-// HostIP returns an address in the testbed's loopback /24 that no apiserver uses (hosts 201-249),
+// HostIP returns an address in the testbed's /24 (loopback unless Config.Network is set) that no apiserver uses (hosts 201-249),
 // for servers a test adds beside the apiservers.
 func (tb *Testbed) HostIP(n int) net.IP {
 	if n < 0 || n > 48 {
@@ -320,7 +348,7 @@ func (tb *Testbed) apiserverArgs(a *apiserver) []string {
 		"--service-account-key-file=" + p.ServiceAccountPub,
 		"--service-account-signing-key-file=" + p.ServiceAccountKey,
 		"--service-account-issuer=https://" + ServingSNI,
-		"--service-cluster-ip-range=10.96.0.0/16",
+		"--service-cluster-ip-range=" + ServiceCIDR,
 		"--requestheader-client-ca-file=" + p.FrontProxyCA.Cert,
 		"--requestheader-allowed-names=" + FrontProxyClientCN,
 		"--requestheader-username-headers=X-Remote-User",
@@ -328,10 +356,12 @@ func (tb *Testbed) apiserverArgs(a *apiserver) []string {
 		"--requestheader-group-headers=X-Remote-Group",
 		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
 		"--proxy-client-cert-file=" + p.FrontProxyClient.Cert, "--proxy-client-key-file=" + p.FrontProxyClient.Key,
-		// The default "lease" reconciler refuses loopback advertise addresses.
-		"--endpoint-reconciler-type=none",
 		"--profiling=false",
 		"--v=1",
+	}
+	if !tb.cfg.Network.IsValid() {
+		// The default "lease" reconciler refuses loopback advertise addresses.
+		args = append(args, "--endpoint-reconciler-type=none")
 	}
 	if tb.cfg.PeerProxy {
 		args = append(args, "--feature-gates=UnknownVersionInteroperabilityProxy=true", "--peer-ca-file="+p.CA.Cert)
