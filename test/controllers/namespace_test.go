@@ -44,8 +44,10 @@ const (
 //     namespace controller's discovery lacks the resource, so it finalizes the namespace and leaves
 //     every such object in etcd, in a namespace that no longer exists, and the garbage collector
 //     never collects the dependents of the deleted owner;
-//   - through the front (skewgate's merged discovery, each request routed to an apiserver serving it):
-//     both delete everything they should, and nothing else.
+//   - through the front (skewgate's merged discovery, each request routed to an apiserver serving it),
+//     and through a front failing open (its Envoy cannot reach ext_proc, so discovery is the most
+//     capable apiserver's and every request takes Envoy's route table): both delete everything
+//     they should, and nothing else.
 //
 // Objects every apiserver serves (configmaps) are deleted in both runs: proof that the controller ran.
 func TestControllerManagerThroughTheFront(t *testing.T) {
@@ -58,42 +60,40 @@ func TestControllerManagerThroughTheFront(t *testing.T) {
 	}})
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	f, err := front.Start(ctx, tb, front.Options{Dir: t.TempDir(), Errorf: t.Errorf, Logger: zaptest.NewLogger(t).Named("skewgate"), Logf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(f.Close)
-	if f.DataPlane == "envoy" {
-		t.Logf("front %s served by Envoy (ENVOY_BIN is set)", f.URL)
-	} else {
-		t.Logf("ENVOY_BIN is unset: front %s ran on the %s (test/dataplane), not on Envoy", f.URL, f.DataPlane)
-	}
+	f := startFront(ctx, t, tb, front.Options{})
+	// A second front whose Envoy cannot reach ext_proc: every request takes the route table skewgate
+	// sent it (failing open), discovery included.
+	failOpen := startFront(ctx, t, tb, front.Options{Host: 2, ExtProcDown: true})
 	newAPI := tb.MustApiserver("new")
 	admin := tb.RESTConfig(newAPI.URL(), testbed.AdminByToken)
 	cs := kubernetes.NewForConfigOrDie(admin)
 	dyn := dynamic.NewForConfigOrDie(admin)
 	waitServed(ctx, t, tb, f)
+	waitServed(ctx, t, tb, failOpen)
 
 	local := deleteNamespace(ctx, t, tb, cs, dyn, "local", tb.MustApiserver("old").URL())
 	through := deleteNamespace(ctx, t, tb, cs, dyn, "front", f.URL)
-	t.Logf("kube-controller-manager %s, namespace deletion with %d %s and %d configmaps: against its local v1.35 apiserver %d %s left in etcd (%v); through the front %d left (%v)",
-		testbed.OldVersion, perNamespace, workloads.Resource, perNamespace, local.left, workloads.Resource, local.took, through.left, through.took)
+	open := deleteNamespace(ctx, t, tb, cs, dyn, "failopen", failOpen.URL)
+	t.Logf("kube-controller-manager %s, namespace deletion with %d %s and %d configmaps: against its local v1.35 apiserver %d %s left in etcd (%v); through the front %d left (%v); through a front failing open (no ext_proc) %d left (%v)",
+		testbed.OldVersion, perNamespace, workloads.Resource, perNamespace, local.left, workloads.Resource, local.took, through.left, through.took, open.left, open.took)
 	if local.left != perNamespace {
 		t.Errorf("against the local v1.35 apiserver %d of %d %s were left; want all of them (the harm this test shows)", local.left, perNamespace, workloads.Resource)
 	}
-	if through.left != 0 {
-		t.Errorf("through the front %d of %d %s were left in a deleted namespace; want 0", through.left, perNamespace, workloads.Resource)
+	for _, r := range []run{through, open} {
+		if r.left != 0 {
+			t.Errorf("%s run: %d of %d %s were left in a deleted namespace; want 0", r.name, r.left, perNamespace, workloads.Resource)
+		}
+		if r.gc.Uncollected != 0 {
+			t.Errorf("%s run: %d of %d dependents of a deleted owner were left after %v; want 0", r.name, r.gc.Uncollected, perNamespace, collectBound)
+		}
 	}
-	for _, r := range []run{local, through} {
+	for _, r := range []run{local, through, open} {
 		if r.configMapsLeft != 0 {
 			t.Errorf("%s run: %d configmaps left: the namespace controller did not run", r.name, r.configMapsLeft)
 		}
 		if r.gc.WrongDeletions != 0 {
 			t.Errorf("%s run: the garbage collector deleted %d dependents of a live owner", r.name, r.gc.WrongDeletions)
 		}
-	}
-	if through.gc.Uncollected != 0 {
-		t.Errorf("through the front %d of %d dependents of a deleted owner were left after %v; want 0", through.gc.Uncollected, perNamespace, collectBound)
 	}
 	artifact.Write(t, f.DataPlane, map[string]any{
 		"controller_manager_version": testbed.OldVersion,
@@ -111,6 +111,9 @@ func TestControllerManagerThroughTheFront(t *testing.T) {
 		"local_gc":                   local.gc,
 		"front_gc":                   through.gc,
 		"front_gc_collect_ms":        through.gc.Took.Milliseconds(),
+		"failopen_left":              open.left,
+		"failopen_configmaps_left":   open.configMapsLeft,
+		"failopen_gc":                open.gc,
 	})
 }
 
@@ -199,4 +202,22 @@ func waitServed(ctx context.Context, t *testing.T, tb *testbed.Testbed, f *front
 	if err != nil {
 		t.Fatalf("the front's discovery never listed %s: %v", workloads, err)
 	}
+}
+
+// startFront starts a front before the testbed and says what serves it.
+func startFront(ctx context.Context, t *testing.T, tb *testbed.Testbed, o front.Options) *front.Front {
+	t.Helper()
+	o.Dir, o.Errorf, o.Logf = t.TempDir(), t.Errorf, t.Logf
+	o.Logger = zaptest.NewLogger(t).Named("skewgate")
+	f, err := front.Start(ctx, tb, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Close)
+	if f.DataPlane == "envoy" {
+		t.Logf("front %s served by Envoy (ENVOY_BIN is set)", f.URL)
+	} else {
+		t.Logf("ENVOY_BIN is unset: front %s ran on the %s (test/dataplane), not on Envoy", f.URL, f.DataPlane)
+	}
+	return f
 }
