@@ -72,7 +72,17 @@ func Render(o Options) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newPlan(o, p, c, b, m), nil
+	comps, err := renderComponents(o)
+	if err != nil {
+		return nil, err
+	}
+	plan := newPlan(o, p, c, b, m)
+	// After the front's pods: each kubeconfig before its component's pod, whose change restarts it.
+	if len(comps) > 0 {
+		plan.Dirs = append(plan.Dirs, Dir{Path: o.KubeconfigDir, Mode: 0o755, Foreign: true})
+	}
+	plan.Files = append(plan.Files, comps...)
+	return plan, nil
 }
 
 // credentials are the node's PKI files and skewgate's client certificate (kept, or newly issued).

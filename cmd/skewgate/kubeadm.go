@@ -53,7 +53,11 @@ func newKubeadmInstallCommand(w io.Writer) *cobra.Command {
 skewgate reads Leases and discovery from the local apiserver (--apiserver-endpoint, by default the
 advertise address in <manifests-dir>/kube-apiserver.yaml), which is also its static upstream. Envoy
 serves the front on --front-port with the node's apiserver certificate. Each pod sees only its own
-directory. Running it again with the same inputs changes nothing; a client certificate that is still
+directory.
+
+With --components-via-front it also points <kubeconfig-dir>/controller-manager.conf and
+scheduler.conf at this node's front and restarts their static pods (an annotation on their
+manifests); running it again without the flag points them back at the local apiserver. Running it again with the same inputs changes nothing; a client certificate that is still
 good is kept. After kubeadm renews the node's certificates, run it again: Envoy reloads the copies.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -98,6 +102,8 @@ good is kept. After kubeadm renews the node's certificates, run it again: Envoy 
 	fs.StringVar(&o.PKIDir, "pki-dir", kubeadm.DefaultPKIDir, "kubeadm's certificate directory")
 	fs.StringVar(&o.ManifestsDir, "manifests-dir", kubeadm.DefaultManifestsDir, "the kubelet's static pod directory")
 	fs.StringVar(&o.ConfigDir, "config-dir", kubeadm.DefaultConfigDir, "directory for skewgate's kubeconfig, certificate, Envoy's bootstrap and the RBAC")
+	fs.StringVar(&o.KubeconfigDir, "kubeconfig-dir", kubeadm.DefaultKubeconfigDir, "kubeadm's directory of controller-manager.conf and scheduler.conf")
+	fs.BoolVar(&o.ComponentsViaFront, "components-via-front", false, "point controller-manager.conf and scheduler.conf at this node's front (https://<advertise address>:<front port>), keeping their credentials, and restart those static pods; run install without it first, and with it once the front serves. Without it, kubeconfigs that name the front are pointed back at the local apiserver")
 	fs.StringVar(&o.SocketDir, "socket-dir", kubeadm.DefaultSocketDir, "root-only directory of the xDS and ext_proc unix sockets")
 	fs.IntVar(&o.FrontPort, "front-port", kubeadm.DefaultFrontPort, "port Envoy serves the front on (not the apiserver's)")
 	fs.StringVar(&o.HTTPListen, "http-listen", kubeadm.DefaultHTTPListen, "skewgate's loopback address for /healthz, /readyz, /metrics")
