@@ -78,6 +78,7 @@ func (c *Controller) write(ctx context.Context, d desired, now time.Time) (time.
 		}
 		if !sliceEqual(cs, want) && !(c.rival.yielded(cs, want)) {
 			_, err := c.cfg.Client.DiscoveryV1().EndpointSlices(ServiceNamespace).Update(ctx, want, metav1.UpdateOptions{FieldManager: fieldManager})
+			c.rival.seenOurs = c.rival.seenOurs || err == nil
 			errs = append(errs, c.noteWrite(objEndpointSlice, err))
 		}
 	}

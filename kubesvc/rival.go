@@ -4,9 +4,9 @@ import (
 	"strings"
 	"time"
 
+	"go.uber.org/zap"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
-	"go.uber.org/zap"
 )
 
 // rivalState tells skewgate's writes from a rival's and keeps skewgate from fighting one.
