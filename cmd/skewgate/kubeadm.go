@@ -21,12 +21,13 @@ func newKubeadmCommand(w io.Writer) *cobra.Command {
 }
 
 func newKubeadmRBACCommand(w io.Writer) *cobra.Command {
-	return &cobra.Command{
+	var kubernetesEndpoints bool
+	cmd := &cobra.Command{
 		Use:   "rbac",
 		Short: "Print the RBAC of user skewgate (what install writes to <config-dir>/rbac.yaml), for kubectl apply -f -",
 		Args:  cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			y, err := kubeadm.RBACYAML()
+			y, err := kubeadm.RBACYAMLFor(kubernetesEndpoints)
 			if err != nil {
 				return err
 			}
@@ -34,6 +35,8 @@ func newKubeadmRBACCommand(w io.Writer) *cobra.Command {
 			return err
 		},
 	}
+	cmd.Flags().BoolVar(&kubernetesEndpoints, "kubernetes-endpoints", false, "also what `serve --kubernetes-endpoints` needs: update the default/kubernetes Endpoints and EndpointSlice (by name), namespace skewgate and its member Leases (docs/kubernetes-service.md)")
+	return cmd
 }
 
 func newKubeadmInstallCommand(w io.Writer) *cobra.Command {
