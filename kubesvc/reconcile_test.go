@@ -293,3 +293,24 @@ func TestShutdownRemovesItselfFirst(t *testing.T) {
 		t.Fatalf("after the last shutdown %v %d, want the apiservers", ips, port)
 	}
 }
+
+// TestRivalEmptiedIsTakenBackAtOnce: the last apiserver on the lease reconciler empties the set when
+// it stops; skewgate writes it back without waiting, and counts the rival write.
+func TestRivalEmptiedIsTakenBackAtOnce(t *testing.T) {
+	h := newHarness(t, "cp1", "192.0.2.1:16443", twoApiservers(), asLeftByApiservers(6443, "192.0.2.1", "192.0.2.2")...)
+	h.memberLease("cp1", "192.0.2.1:16443", h.clock.Now())
+	h.reconcile()
+	for _, o := range asLeftByApiservers(6443) {
+		o.(metav1.Object).SetResourceVersion("emptied")
+		if err := h.client.Tracker().Update(gvrOf(o), o, ServiceNamespace); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.reconcile()
+	if ips, port := h.published(); !slices.Equal(ips, []string{"192.0.2.1"}) || port != 16443 {
+		t.Fatalf("after an emptying rival: %v %d", ips, port)
+	}
+	if n := testutil.ToFloat64(h.c.m.rivals); n != 1 {
+		t.Errorf("rivals %v", n)
+	}
+}

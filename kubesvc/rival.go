@@ -18,7 +18,8 @@ import (
 // every few seconds; instead skewgate waits, 5s after the first rival write and twice as long after
 // each next one up to 5m, and then takes the objects back once. The rival's set (the apiservers'
 // own addresses) is what the cluster had without skewgate, so yielding costs no availability. The
-// backoff starts over once no rival was seen for 5m.
+// backoff starts over once no rival was seen for 5m. An emptied slice is taken back at once: an
+// empty set is worse than any.
 type rivalState struct {
 	seenOurs bool      // the slice carried skewgate's mark since this process started
 	lastKey  string    // the rival write last counted (resourceVersion and addresses)
@@ -45,7 +46,16 @@ func (r *rivalState) check(c *Controller, cur, want *discoveryv1.EndpointSlice, 
 	if contentEqual(cur, want) || !r.seenOurs {
 		return 0
 	}
+	empty := len(cur.Endpoints) == 0
 	if key := cur.ResourceVersion + "/" + sliceAddrs(cur); key != r.lastKey {
+		if empty {
+			// The last apiserver on the lease reconciler empties the set when it stops (lease.go
+			// RemoveEndpoints after StopReconciling): never leave the Service without an endpoint.
+			r.lastKey = key
+			c.m.rivals.Inc()
+			c.log.Error("another writer emptied the kubernetes EndpointSlice (the last apiserver on the lease reconciler stopping?); writing it back at once")
+			return 0
+		}
 		if !r.last.IsZero() && now.Sub(r.last) > rivalBackoffMax {
 			r.delay = 0
 		}
@@ -55,7 +65,7 @@ func (r *rivalState) check(c *Controller, cur, want *discoveryv1.EndpointSlice, 
 		c.log.Error("another writer changed the kubernetes EndpointSlice (an apiserver whose --endpoint-reconciler-type is not none?); not writing back before the backoff",
 			zap.String("addresses", sliceAddrs(cur)), zap.Duration("backoff", r.delay))
 	}
-	if now.Before(r.until) {
+	if !empty && now.Before(r.until) {
 		return r.until.Sub(now)
 	}
 	return 0
