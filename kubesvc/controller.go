@@ -46,6 +46,9 @@ type Controller struct {
 	store store
 	// stopping: this member is leaving; reconcile leaves it out of the set.
 	stopping atomic.Bool
+	// synced: the store is complete; before that a shutdown only deletes the Lease (an empty cache
+	// would read as "no member", and the set must not be computed from it).
+	synced atomic.Bool
 
 	mu        sync.Mutex
 	obs       *observer
@@ -91,6 +94,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		c.Shutdown()
 		return nil
 	}
+	c.synced.Store(true)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -189,7 +193,7 @@ func (c *Controller) Shutdown() {
 	if err != nil && !isNotFound(err) {
 		c.log.Warn("could not delete this member's Lease on shutdown; it expires after its TTL", zap.Error(err))
 	}
-	if c.store == nil {
+	if !c.synced.Load() {
 		return
 	}
 	for {

@@ -104,6 +104,7 @@ func newHarness(t *testing.T, member, endpoint string, src *fakeSource, objs ...
 		t.Fatal(err)
 	}
 	c.store = clientStore{h.client}
+	c.synced.Store(true)
 	h.c = c
 	return h
 }

@@ -70,6 +70,7 @@ func TestNoWriteWhenEqual(t *testing.T) {
 		t.Fatal(err)
 	}
 	c2.store, h2.c = clientStore{h.client}, c2
+	c2.synced.Store(true)
 	h2.reconcile()
 	if w := h.writes(); len(w) != 0 {
 		t.Fatalf("the other member wrote %v", w)
