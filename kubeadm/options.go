@@ -43,6 +43,11 @@ type Options struct {
 	// ForwardCertificateUID renders skewgate serve --forward-certificate-uid: every apiserver reads
 	// X-Remote-Uid (--requestheader-uid-headers), which kubeadm does not set by itself.
 	ForwardCertificateUID bool
+	// KubernetesEndpoints renders skewgate serve --kubernetes-endpoints (the node's front, at the
+	// local apiserver's advertise address and --front-port, in the kubernetes Service) and the RBAC
+	// it needs. Rendering without it again takes the node out: the old skewgate removes itself as it
+	// stops (docs/kubernetes-service.md).
+	KubernetesEndpoints bool
 	// SkewgateImage is skewgate's container image, required: the command's own release
 	// (SkewgateImage(version)) unless told otherwise. EnvoyImage defaults to DefaultEnvoyImage.
 	SkewgateImage, EnvoyImage string

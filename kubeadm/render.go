@@ -140,7 +140,7 @@ type manifests struct {
 }
 
 func renderManifests(o Options, c *credentials) (*manifests, error) {
-	rbac, err := RBACYAML()
+	rbac, err := RBACYAMLFor(o.KubernetesEndpoints)
 	if err != nil {
 		return nil, err
 	}
