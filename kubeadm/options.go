@@ -130,6 +130,12 @@ func (o Options) Validate() error {
 	if host, _, err := net.SplitHostPort(o.HTTPListen); err != nil || net.ParseIP(host) == nil || !net.ParseIP(host).IsLoopback() {
 		errs = append(errs, fmt.Errorf("--http-listen %q: want a loopback ip:port (metrics and the Topology stay on the node)", o.HTTPListen))
 	}
+	if o.KubernetesEndpoints && len(o.AllowedCIDRs) == 0 {
+		// Once skewgate writes the kubernetes EndpointSlice, discovery no longer trusts it
+		// (--trust-endpointslice skips skewgate's own slice), and the only static upstream is the
+		// local apiserver: without a CIDR the other apiservers, and so the other fronts, are refused.
+		errs = append(errs, errors.New("--kubernetes-endpoints needs --allowed-cidr covering the control-plane nodes: the kubernetes EndpointSlice then lists fronts and no longer vouches for the other apiservers' addresses"))
+	}
 	for flag, img := range map[string]string{"--skewgate-image": o.SkewgateImage, "--envoy-image": o.EnvoyImage} {
 		if img == "" {
 			errs = append(errs, fmt.Errorf("%s is required", flag))

@@ -222,6 +222,13 @@ func TestForwardCertificateUIDRendered(t *testing.T) {
 // (the apiserver refuses loopback endpoints).
 func TestKubernetesEndpointsRendered(t *testing.T) {
 	o := Options{NodeName: "cp-1", APIServerEndpoint: "10.0.0.11:6443", SkewgateImage: SkewgateImage("v0.9.0"), KubernetesEndpoints: true}.WithDefaults()
+	if err := o.Validate(); err == nil || !strings.Contains(err.Error(), "--allowed-cidr") {
+		t.Errorf("the mode without --allowed-cidr: %v", err)
+	}
+	o.AllowedCIDRs = []string{"10.0.0.0/24"}
+	if err := o.Validate(); err != nil {
+		t.Errorf("the mode with --allowed-cidr: %v", err)
+	}
 	args := o.ServeArgs()
 	for _, want := range []string{"--kubernetes-endpoints", "--kubernetes-endpoint-address=10.0.0.11", "--kubernetes-endpoints-member=cp-1"} {
 		if !slices.Contains(args, want) {

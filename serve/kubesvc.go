@@ -24,6 +24,9 @@ func kubernetesEndpoints(o *options.Options, dcfg discovery.Config, src *discove
 	if dcfg.Client == nil {
 		return nil, errors.New("--kubernetes-endpoints needs a kubeconfig (or the in-cluster config)")
 	}
+	if len(o.CIDRs()) == 0 && o.TrustEndpointSlice {
+		log.Warn("--kubernetes-endpoints without --allowed-cidr: once skewgate writes the kubernetes EndpointSlice, discovery no longer trusts it, so apiservers (and the fronts beside them) are accepted only as --static-upstream")
+	}
 	roots, err := upstreamRoots(dcfg)
 	if err != nil {
 		return nil, fmt.Errorf("--kubernetes-endpoints: the front probe's CA: %w", err)

@@ -160,7 +160,7 @@ func TestKubeadmRBACCommand(t *testing.T) {
 // renders the mode's serve flags.
 func TestKubeadmKubernetesEndpoints(t *testing.T) {
 	root, flags := kubeadmNode(t)
-	if _, err := runKubeadm(t, append(flags, "--kubernetes-endpoints")...); err != nil {
+	if _, err := runKubeadm(t, append(flags, "--kubernetes-endpoints", "--allowed-cidr=10.0.0.0/24")...); err != nil {
 		t.Fatal(err)
 	}
 	written, err := os.ReadFile(filepath.Join(root, "skewgate", "rbac.yaml"))
