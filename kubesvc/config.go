@@ -23,6 +23,9 @@ const (
 	ServiceNamespace, ServiceName = "default", "kubernetes"
 	// MemberLabel marks a member Lease (value "true"); the informer selects on it.
 	MemberLabel = "skewgate.io/kubernetes-endpoint-member"
+	// WriterAnnotation names the member that last wrote the EndpointSlice (informational; a write
+	// over another member's is held back, see reconcile.go).
+	WriterAnnotation = "skewgate.io/written-by"
 	// EndpointAnnotation carries a member's endpoint as IPv4:port.
 	EndpointAnnotation = "skewgate.io/kubernetes-endpoint"
 	// PortName is the port name the apiserver publishes (pkg/controlplane/controller/kubernetesservice

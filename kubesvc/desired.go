@@ -109,7 +109,8 @@ func (d desired) String() string {
 //   - EndpointSlice: labels exactly kubernetes.io/service-name=kubernetes, addressType IPv4, one
 //     endpoint per address with conditions.ready=true, the port of the Endpoints.
 //
-// skewgate adds one label to each, its managed-by mark. The apiserver rebuilds the EndpointSlice's
+// skewgate adds one label to each, its managed-by mark, and to the slice the annotation naming the
+// member that wrote it. The apiserver rebuilds the EndpointSlice's
 // labels from scratch on every write, so a slice without the mark was written by someone else
 // (rival.go); on the Endpoints it keeps other labels, so only the slice can tell.
 
@@ -133,9 +134,14 @@ func wantEndpoints(cur *corev1.Endpoints, d desired) *corev1.Endpoints {
 	return e
 }
 
-// wantSlice is cur rewritten to d.
-func wantSlice(cur *discoveryv1.EndpointSlice, d desired) *discoveryv1.EndpointSlice {
+// wantSlice is cur rewritten to d by member.
+func wantSlice(cur *discoveryv1.EndpointSlice, d desired, member string) *discoveryv1.EndpointSlice {
 	s := cur.DeepCopy()
+	// Which member wrote it: not compared (sliceEqual), so members that agree never rewrite it.
+	if s.Annotations == nil {
+		s.Annotations = map[string]string{}
+	}
+	s.Annotations[WriterAnnotation] = member
 	s.Labels = map[string]string{discoveryv1.LabelServiceName: ServiceName, discoveryv1.LabelManagedBy: ManagedByValue}
 	s.AddressType = discoveryv1.AddressTypeIPv4
 	s.Endpoints = make([]discoveryv1.Endpoint, len(d.ips))

@@ -80,7 +80,8 @@ func asLeftByApiservers(port int32, ips ...string) []runtime.Object {
 	d := desired{ips: ips, port: port}
 	e := wantEndpoints(&corev1.Endpoints{ObjectMeta: metav1.ObjectMeta{Name: ServiceName, Namespace: ServiceNamespace}}, d)
 	delete(e.Labels, EndpointsManagedByLabel)
-	s := wantSlice(&discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: ServiceName, Namespace: ServiceNamespace}}, d)
+	s := wantSlice(&discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: ServiceName, Namespace: ServiceNamespace}}, d, "")
+	s.Annotations = nil
 	delete(s.Labels, discoveryv1.LabelManagedBy)
 	return []runtime.Object{e, s}
 }

@@ -12,6 +12,9 @@ import (
 
 func isNotFound(err error) bool { return apierrors.IsNotFound(err) }
 
+// peerHold is the shortest time between this member's writes over another member's (see write).
+const peerHold = 2 * time.Second
+
 // reconcile computes the desired set from the member Leases and the Topology and writes what
 // differs. It returns when to look again without any event: the next member expiry or the end of a
 // rival backoff (0: only events).
@@ -64,6 +67,7 @@ func (c *Controller) reconcile(ctx context.Context) (time.Duration, error) {
 // write shows there (rival.go), and then neither object is written until the backoff passes.
 func (c *Controller) write(ctx context.Context, d desired, now time.Time) (time.Duration, error) {
 	var errs []error
+	wrote := false
 	cs, err := c.store.slice()
 	switch {
 	case isNotFound(err):
@@ -72,13 +76,21 @@ func (c *Controller) write(ctx context.Context, d desired, now time.Time) (time.
 		errs = append(errs, err)
 	default:
 		c.missing[objEndpointSlice] = false
-		want := wantSlice(cs, d)
+		want := wantSlice(cs, d, c.cfg.Member)
 		if wait := c.rival.check(c, cs, want, now); wait > 0 {
 			return wait, nil
+		}
+		// Members whose views differ for a moment (a Lease seen expiring a few milliseconds apart,
+		// an apiserver's readiness probed at different times) would otherwise overwrite each other
+		// on every event: at most one write per peerHold each, until their views agree.
+		if markedSlice(cs) && cs.Annotations[WriterAnnotation] != c.cfg.Member && !sliceEqual(cs, want) &&
+			!c.stopping.Load() && !c.lastWrite.IsZero() && now.Sub(c.lastWrite) < peerHold {
+			return peerHold - now.Sub(c.lastWrite), nil
 		}
 		if !sliceEqual(cs, want) && !(c.rival.yielded(cs, want)) {
 			_, err := c.cfg.Client.DiscoveryV1().EndpointSlices(ServiceNamespace).Update(ctx, want, metav1.UpdateOptions{FieldManager: fieldManager})
 			c.rival.seenOurs = c.rival.seenOurs || err == nil
+			wrote = true
 			errs = append(errs, c.noteWrite(objEndpointSlice, err))
 		}
 	}
@@ -96,6 +108,9 @@ func (c *Controller) write(ctx context.Context, d desired, now time.Time) (time.
 		}
 	}
 	err = errors.Join(errs...)
+	if wrote {
+		c.lastWrite = now
+	}
 	if err == nil && c.published != d.String() {
 		c.published = d.String()
 		c.log.Info("kubernetes endpoints", zap.Strings("addresses", d.ips), zap.Int32("port", d.port), zap.Bool("fallback", d.fallback))

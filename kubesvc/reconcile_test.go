@@ -2,6 +2,7 @@ package kubesvc
 
 import (
 	"context"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -313,5 +314,38 @@ func TestRivalEmptiedIsTakenBackAtOnce(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(h.c.m.rivals); n != 1 {
 		t.Errorf("rivals %v", n)
+	}
+}
+
+// TestMembersThatDisagreeDoNotFight: two members whose views differ (here: which apiservers are
+// ready, in fallback) overwrite each other at most once per peerHold each, not on every event.
+func TestMembersThatDisagreeDoNotFight(t *testing.T) {
+	h := newHarness(t, "cp1", "192.0.2.1:16443", newSource(ready("cp1", cp[0]), ready("cp2", cp[1])), asLeftByApiservers(6443, "192.0.2.9")...)
+	c2, err := New(Config{Client: h.client, Source: newSource(ready("cp1", cp[0])), Member: "cp2", Endpoint: netip.MustParseAddrPort("192.0.2.2:16443"), Clock: h.clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2.store = clientStore{h.client}
+	c2.synced.Store(true)
+	h.reconcile()
+	if _, err := c2.reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	h.writes()
+	for range 5 { // events: each sees the other's write
+		if next := h.reconcile(); next != peerHold {
+			t.Fatalf("held for %v, want %v", next, peerHold)
+		}
+		if _, err := c2.reconcile(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if w := h.writes(); len(w) != 0 {
+		t.Fatalf("wrote %v within the hold", w)
+	}
+	h.clock.Step(peerHold)
+	h.reconcile()
+	if ips, _ := h.published(); len(ips) != 2 {
+		t.Fatalf("after the hold %v, want cp1's view", ips)
 	}
 }
