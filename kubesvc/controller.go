@@ -88,10 +88,14 @@ func (c *Controller) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer c.queue.ShutDown()
-	wg.Add(2)
-	go func() { defer wg.Done(); c.heartbeatLoop(ctx) }()
+	// The heartbeat ends before Shutdown deletes the Lease, so no renewal in flight recreates it.
+	var beat sync.WaitGroup
+	beat.Add(1)
+	go func() { defer beat.Done(); c.heartbeatLoop(ctx) }()
+	wg.Add(1)
 	go func() { defer wg.Done(); c.watchTopology(ctx) }()
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		beat.Wait()
 		c.Shutdown()
 		return nil
 	}
@@ -103,6 +107,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		}
 	}()
 	<-ctx.Done()
+	beat.Wait()
 	c.Shutdown()
 	return nil
 }
