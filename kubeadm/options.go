@@ -49,6 +49,11 @@ type Options struct {
 	// ForwardCertificateUID renders skewgate serve --forward-certificate-uid: every apiserver reads
 	// X-Remote-Uid (--requestheader-uid-headers), which kubeadm does not set by itself.
 	ForwardCertificateUID bool
+	// KubernetesEndpoints renders skewgate serve --kubernetes-endpoints (the node's front, at the
+	// local apiserver's advertise address and --front-port, in the kubernetes Service) and the RBAC
+	// it needs. Rendering without it again takes the node out: the old skewgate removes itself as it
+	// stops (docs/kubernetes-service.md).
+	KubernetesEndpoints bool
 	// SkewgateImage is skewgate's container image, required: the command's own release
 	// (SkewgateImage(version)) unless told otherwise. EnvoyImage defaults to DefaultEnvoyImage.
 	SkewgateImage, EnvoyImage string
@@ -132,6 +137,12 @@ func (o Options) Validate() error {
 	}
 	if host, _, err := net.SplitHostPort(o.HTTPListen); err != nil || net.ParseIP(host) == nil || !net.ParseIP(host).IsLoopback() {
 		errs = append(errs, fmt.Errorf("--http-listen %q: want a loopback ip:port (metrics and the Topology stay on the node)", o.HTTPListen))
+	}
+	if o.KubernetesEndpoints && len(o.AllowedCIDRs) == 0 {
+		// Once skewgate writes the kubernetes EndpointSlice, discovery no longer trusts it
+		// (--trust-endpointslice skips skewgate's own slice), and the only static upstream is the
+		// local apiserver: without a CIDR the other apiservers, and so the other fronts, are refused.
+		errs = append(errs, errors.New("--kubernetes-endpoints needs --allowed-cidr covering the control-plane nodes: the kubernetes EndpointSlice then lists fronts and no longer vouches for the other apiservers' addresses"))
 	}
 	for flag, img := range map[string]string{"--skewgate-image": o.SkewgateImage, "--envoy-image": o.EnvoyImage} {
 		if img == "" {

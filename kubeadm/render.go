@@ -150,7 +150,7 @@ type manifests struct {
 }
 
 func renderManifests(o Options, c *credentials) (*manifests, error) {
-	rbac, err := RBACYAML()
+	rbac, err := RBACYAMLFor(o.KubernetesEndpoints)
 	if err != nil {
 		return nil, err
 	}
@@ -200,8 +200,13 @@ func newPlan(o Options, p paths, c *credentials, b *bootstrap, m *manifests) *Pl
 	return plan
 }
 
-// RBACYAML is the RBAC of RBAC() as the command writes it to ConfigDir/RBACFile.
-func RBACYAML() ([]byte, error) { return objectsYAML(RBAC()...) }
+// RBACYAML is the RBAC of RBAC(false) as the command writes it to ConfigDir/RBACFile.
+func RBACYAML() ([]byte, error) { return RBACYAMLFor(false) }
+
+// RBACYAMLFor is RBAC(kubernetesEndpoints) as YAML (`skewgate kubeadm rbac [--kubernetes-endpoints]`).
+func RBACYAMLFor(kubernetesEndpoints bool) ([]byte, error) {
+	return objectsYAML(RBAC(kubernetesEndpoints)...)
+}
 
 // checkServeArgs parses args with serve's own flags and validation, so the pod never runs with a
 // flag serve does not know or refuses.

@@ -21,12 +21,13 @@ func newKubeadmCommand(w io.Writer) *cobra.Command {
 }
 
 func newKubeadmRBACCommand(w io.Writer) *cobra.Command {
-	return &cobra.Command{
+	var kubernetesEndpoints bool
+	cmd := &cobra.Command{
 		Use:   "rbac",
 		Short: "Print the RBAC of user skewgate (what install writes to <config-dir>/rbac.yaml), for kubectl apply -f -",
 		Args:  cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			y, err := kubeadm.RBACYAML()
+			y, err := kubeadm.RBACYAMLFor(kubernetesEndpoints)
 			if err != nil {
 				return err
 			}
@@ -34,6 +35,8 @@ func newKubeadmRBACCommand(w io.Writer) *cobra.Command {
 			return err
 		},
 	}
+	cmd.Flags().BoolVar(&kubernetesEndpoints, "kubernetes-endpoints", false, "also what `serve --kubernetes-endpoints` needs: update the default/kubernetes Endpoints and EndpointSlice (by name), namespace skewgate and its member Leases (docs/kubernetes-service.md)")
+	return cmd
 }
 
 func newKubeadmInstallCommand(w io.Writer) *cobra.Command {
@@ -109,6 +112,7 @@ good is kept. After kubeadm renews the node's certificates, run it again: Envoy 
 	fs.StringVar(&o.HTTPListen, "http-listen", kubeadm.DefaultHTTPListen, "skewgate's loopback address for /healthz, /readyz, /metrics")
 	fs.StringArrayVar(&o.AllowedCIDRs, "allowed-cidr", nil, "passed to skewgate serve --allowed-cidr (repeatable)")
 	fs.BoolVar(&o.ForwardCertificateUID, "forward-certificate-uid", false, "passed to skewgate serve: only when every apiserver runs --requestheader-uid-headers=X-Remote-Uid (kubeadm does not set it; add it in ClusterConfiguration apiServer.extraArgs first)")
+	fs.BoolVar(&o.KubernetesEndpoints, "kubernetes-endpoints", false, "passed to skewgate serve (with this node's advertise address): the front joins the default/kubernetes Service's endpoints; the RBAC gains what it needs. Needs the apiservers on --endpoint-reconciler-type=none (docs/kubernetes-service.md); install again without it to take the node out")
 	defaultImage := kubeadm.SkewgateImage(version)
 	if version == "dev" {
 		defaultImage = "" // a development build does not know its release: the flag is required
