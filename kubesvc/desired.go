@@ -72,18 +72,22 @@ func fallbackSet(t *discovery.Topology) ([]string, int32) {
 	return ips, int32(best)
 }
 
-// trustedAddrs are the addresses of the apiservers discovery knows, proven or not: fronts run beside
-// apiservers, so a member's address must be one of them (or in an --allowed-cidr).
-func trustedAddrs(t *discovery.Topology) map[netip.Addr]bool {
-	out := map[netip.Addr]bool{}
+// apiserverAddrs are the apiservers discovery knows, proven or not, by name (the identity Lease's
+// hostname or the static upstream's name): a member Lease must carry one of these names, and its
+// address must be that apiserver's (or in a --kubernetes-endpoints-cidr). An apiserver whose address
+// is a DNS name maps to the zero address: only a --kubernetes-endpoints-cidr can admit its front.
+func apiserverAddrs(t *discovery.Topology) map[string]netip.Addr {
+	out := map[string]netip.Addr{}
 	if t == nil {
 		return out
 	}
 	for _, us := range [][]discovery.Upstream{t.Upstreams, t.Unproven} {
 		for _, u := range us {
+			var a netip.Addr
 			if ap, err := netip.ParseAddrPort(u.Address); err == nil {
-				out[ap.Addr().Unmap()] = true
+				a = ap.Addr().Unmap()
 			}
+			out[u.Name] = a
 		}
 	}
 	return out

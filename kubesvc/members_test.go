@@ -18,8 +18,8 @@ import (
 )
 
 func TestMemberValidation(t *testing.T) {
-	p := memberPolicy{port: 16443, trusted: map[netip.Addr]bool{netip.MustParseAddr("10.0.0.1"): true},
-		cidrs: cidrs("192.0.2.0/24"), max: 10, ttl: 15 * time.Second}
+	p := memberPolicy{port: 16443, apiservers: map[string]netip.Addr{"m": netip.MustParseAddr("10.0.0.1"), "cp2": netip.MustParseAddr("10.0.0.2")},
+		cidrs: cidrs("192.0.2.0/24"), ttl: 15 * time.Second}
 	for _, c := range []struct {
 		annotation string
 		want       string // "" valid
@@ -53,13 +53,19 @@ func TestMemberValidation(t *testing.T) {
 			t.Errorf("%.40q: kept %d bytes of it", c.annotation, len(bad["m"].annotation))
 		}
 	}
-	// No annotation; a Lease duration outside the bounds is clamped.
+	// No annotation; a name that is no apiserver's, even on an apiserver's or an allowed address;
+	// another apiserver's address; a Lease duration past this process's TTL is clamped to it.
+	lease := func(name, ep string) *coordinationv1.Lease {
+		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{EndpointAnnotation: ep}}}
+	}
+	long := lease("m", "10.0.0.1:16443")
+	long.Spec.LeaseDurationSeconds = ptr.To(int32(1 << 30))
 	ok, bad := p.validate([]*coordinationv1.Lease{
-		{ObjectMeta: metav1.ObjectMeta{Name: "none"}},
-		{ObjectMeta: metav1.ObjectMeta{Name: "long", Annotations: map[string]string{EndpointAnnotation: "10.0.0.1:16443"}},
-			Spec: coordinationv1.LeaseSpec{LeaseDurationSeconds: ptr.To(int32(1 << 30))}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "none"}}, long,
+		lease("evil", "10.0.0.1:16443"), lease("evil2", "192.0.2.7:16443"), lease("cp2", "10.0.0.1:16443"),
 	})
-	if bad["none"].reason != BadMalformed || len(ok) != 1 || ok[0].duration != MaxTTL {
+	if bad["none"].reason != BadMalformed || bad["evil"].reason != BadNotAnApiserver || bad["evil2"].reason != BadNotAnApiserver ||
+		bad["cp2"].reason != BadNotAllowed || len(ok) != 1 || ok[0].duration != 15*time.Second {
 		t.Errorf("valid %+v, rejected %+v", ok, bad)
 	}
 }

@@ -3,6 +3,7 @@ package kubesvc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"go.uber.org/zap"
@@ -25,9 +26,8 @@ func (c *Controller) reconcile(ctx context.Context) (time.Duration, error) {
 	t, _ := c.cfg.Source.Watch()
 	leases := c.store.leases()
 	c.obs.observe(leases)
-	pol := memberPolicy{port: c.cfg.Endpoint.Port(), trusted: trustedAddrs(t), cidrs: c.cfg.AllowedCIDRs, max: c.cfg.MaxMembers, ttl: c.cfg.TTL}
+	pol := memberPolicy{port: c.cfg.Endpoint.Port(), apiservers: apiserverAddrs(t), cidrs: c.cfg.EndpointCIDRs, ttl: c.cfg.TTL}
 	members, bad := pol.validate(leases)
-	c.noteBad(bad)
 	var live []member
 	var next time.Duration
 	stopping := c.stopping.Load()
@@ -36,12 +36,17 @@ func (c *Controller) reconcile(ctx context.Context) (time.Duration, error) {
 			continue
 		}
 		if exp := c.obs.expiry(m); exp.After(now) {
+			if len(live) >= c.cfg.MaxMembers {
+				bad[m.name] = rejection{reason: BadMaxMembers, annotation: m.endpoint.String(), err: fmt.Errorf("more than %d live members", c.cfg.MaxMembers)}
+				continue
+			}
 			live = append(live, m)
 			if d := exp.Sub(now); next == 0 || d < next {
 				next = d
 			}
 		}
 	}
+	c.noteBad(bad)
 	c.m.liveMembers.Set(float64(len(live)))
 	d := desiredSet(live, c.cfg.Endpoint.Port(), t)
 	if d.fallback {
