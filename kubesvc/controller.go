@@ -57,8 +57,8 @@ type Controller struct {
 	obs       *observer
 	badLogged map[string]string // Lease name -> reason and annotation last logged
 	rival     rivalState
-	published string    // the set last written or found in place, for one log line per change
-	lastWrite time.Time // of the EndpointSlice, attempted
+	peer      peerState
+	published string // the set last written or found in place, for one log line per change
 	missing   map[string]bool
 }
 

@@ -13,9 +13,6 @@ import (
 
 func isNotFound(err error) bool { return apierrors.IsNotFound(err) }
 
-// peerHold is the shortest time between this member's writes over another member's (see write).
-const peerHold = 2 * time.Second
-
 // reconcile computes the desired set from the member Leases and the Topology and writes what
 // differs. It returns when to look again without any event: the next member expiry or the end of a
 // rival backoff (0: only events).
@@ -37,6 +34,11 @@ func (c *Controller) reconcileFrom(ctx context.Context, st store) (time.Duration
 	defer c.mu.Unlock()
 	now := c.cfg.Clock.Now()
 	t, _ := c.cfg.Source.Watch()
+	if t == nil {
+		// Before discovery's first Topology no apiserver is known: every member would read as
+		// unknown and there is no fallback. The Topology watch enqueues once it is published.
+		return 0, outcome{}, nil
+	}
 	leases := st.leases()
 	c.obs.observe(leases)
 	pol := memberPolicy{port: c.cfg.Endpoint.Port(), apiservers: apiserverAddrs(t), cidrs: c.cfg.EndpointCIDRs, ttl: c.cfg.TTL}
@@ -103,17 +105,21 @@ func (c *Controller) write(ctx context.Context, st store, d desired, now time.Ti
 		if wait := c.rival.check(c, cs, want, now); wait > 0 {
 			return wait, false, nil
 		}
-		// Members whose views differ for a moment (a Lease seen expiring a few milliseconds apart,
-		// an apiserver's readiness probed at different times) would otherwise overwrite each other
-		// on every event: at most one write per peerHold each, until their views agree.
-		if markedSlice(cs) && cs.Annotations[WriterAnnotation] != c.cfg.Member && !sliceEqual(cs, want) &&
-			!c.stopping.Load() && !c.lastWrite.IsZero() && now.Sub(c.lastWrite) < peerHold {
-			return peerHold - now.Sub(c.lastWrite), false, nil
+		// Another member's write this member disagrees with: held back (peer.go), except when
+		// stopping (the set without this member must be written).
+		overPeer := markedSlice(cs) && cs.Annotations[WriterAnnotation] != c.cfg.Member && !sliceEqual(cs, want) && !c.stopping.Load()
+		if overPeer {
+			if wait := c.peer.hold(now); wait > 0 {
+				return wait, false, nil
+			}
 		}
 		if !sliceEqual(cs, want) && !(c.rival.yielded(cs, want)) {
 			_, err := c.cfg.Client.DiscoveryV1().EndpointSlices(ServiceNamespace).Update(ctx, want, metav1.UpdateOptions{FieldManager: fieldManager})
 			c.rival.seenOurs = c.rival.seenOurs || err == nil
 			wrote = true
+			if overPeer && err == nil {
+				c.peer.overwrote(c, cs.Annotations[WriterAnnotation], now)
+			}
 			errs = append(errs, c.noteWrite(objEndpointSlice, err))
 		}
 	}
@@ -132,9 +138,6 @@ func (c *Controller) write(ctx context.Context, st store, d desired, now time.Ti
 		}
 	}
 	err = errors.Join(errs...)
-	if wrote {
-		c.lastWrite = now
-	}
 	if err == nil && c.published != d.String() {
 		c.published = d.String()
 		c.log.Info("kubernetes endpoints", zap.Strings("addresses", d.ips), zap.Int32("port", d.port), zap.Bool("fallback", d.fallback))
