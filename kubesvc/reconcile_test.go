@@ -369,6 +369,38 @@ func TestRivalBackoff(t *testing.T) {
 	}
 }
 
+// TestRivalBackoffStaysAtItsCap: a rival (an apiserver on the lease reconciler) that writes its set
+// back 10s after each takeover keeps skewgate's backoff growing to 5m and there: the quiet period
+// that resets it is measured from the end of the last backoff, not from the last rival write.
+func TestRivalBackoffStaysAtItsCap(t *testing.T) {
+	h := newHarness(t, "cp1", "192.0.2.1:16443", twoApiservers(), asLeftByApiservers(6443, "192.0.2.1", "192.0.2.2")...)
+	renew := func() { h.memberLease("cp1", "192.0.2.1:16443", h.clock.Now()) }
+	renew()
+	h.reconcile() // the takeover
+	want := []time.Duration{5 * time.Second, 10 * time.Second, 20 * time.Second, 40 * time.Second, 80 * time.Second, 160 * time.Second,
+		5 * time.Minute, 5 * time.Minute, 5 * time.Minute}
+	for i, wait := range want {
+		h.clock.Step(10 * time.Second) // the rival's reconcile interval
+		for _, o := range asLeftByApiservers(6443, "192.0.2.1", "192.0.2.2") {
+			o.(metav1.Object).SetResourceVersion("r" + strconv.Itoa(i))
+			if err := h.client.Tracker().Update(gvrOf(o), o, ServiceNamespace); err != nil {
+				t.Fatal(err)
+			}
+		}
+		renew()
+		h.reconcile()
+		if h.c.rival.delay != wait {
+			t.Fatalf("rival write %d: backoff %v, want %v", i, h.c.rival.delay, wait)
+		}
+		h.clock.Step(wait)
+		renew()
+		h.reconcile()
+		if ips, port := h.published(); !slices.Equal(ips, []string{"192.0.2.1"}) || port != 16443 {
+			t.Fatalf("rival write %d: not taken back after the backoff: %v %d", i, ips, port)
+		}
+	}
+}
+
 // TestShutdownRemovesItselfFirst: the Lease goes first, then the set without this member.
 func TestShutdownRemovesItselfFirst(t *testing.T) {
 	h := newHarness(t, "cp1", "192.0.2.1:16443", twoApiservers(), asLeftByApiservers(6443, "192.0.2.1", "192.0.2.2")...)
