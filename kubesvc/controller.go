@@ -127,6 +127,9 @@ func (c *Controller) startInformers(ctx context.Context) ([]cache.InformerSynced
 	of := informers.NewSharedInformerFactoryWithOptions(c.cfg.Client, 0, informers.WithNamespace(ServiceNamespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "metadata.name=" + ServiceName }))
 	li, ei, si := lf.Coordination().V1().Leases(), of.Core().V1().Endpoints(), of.Discovery().V1().EndpointSlices()
+	if err := li.Informer().SetTransform(slimLease); err != nil {
+		return nil, err
+	}
 	for _, inf := range []cache.SharedIndexInformer{li.Informer(), ei.Informer(), si.Informer()} {
 		if _, err := inf.AddEventHandler(enqueue); err != nil {
 			return nil, err

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/cert"
 	"k8s.io/utils/ptr"
 )
@@ -177,5 +178,55 @@ func TestTLSProbe(t *testing.T) {
 	onlyOther.AppendCertsFromPEM(other)
 	if err := TLSProbe(&tls.Config{RootCAs: onlyOther}, time.Second)(context.Background(), serve(good, goodKey)); err == nil {
 		t.Error("a certificate from another CA was accepted")
+	}
+}
+
+// TestMemberLeaseCacheIsSlim: the member Lease informer keeps only what a reconcile reads, so a
+// Lease writer's annotations, labels, managedFields and a long holderIdentity do not stay in
+// memory; an endpoint annotation longer than any endpoint is dropped.
+func TestMemberLeaseCacheIsSlim(t *testing.T) {
+	big := strings.Repeat("x", 200<<10)
+	lease := func(name, endpoint string) *coordinationv1.Lease {
+		return &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: Namespace, ResourceVersion: "7",
+				Labels:        map[string]string{MemberLabel: "true", "other": big[:63]},
+				Annotations:   map[string]string{EndpointAnnotation: endpoint, "other": big},
+				ManagedFields: []metav1.ManagedFieldsEntry{{Manager: big[:1000]}}},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(big), LeaseDurationSeconds: ptr.To(int32(15)),
+				RenewTime: ptr.To(metav1.NewMicroTime(time.Unix(1_800_000_000, 0)))},
+		}
+	}
+	h := newHarness(t, "cp1", "192.0.2.1:16443", twoApiservers(), lease("cp1", "192.0.2.1:16443"), lease("cp2", big))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	synced, err := h.c.startInformers(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		t.Fatal("informers did not sync")
+	}
+	leases := h.c.store.leases()
+	if len(leases) != 2 {
+		t.Fatalf("cached %d Leases", len(leases))
+	}
+	for _, l := range leases {
+		size := len(l.Spec.String()) + len(l.ObjectMeta.String())
+		if size > 1024 || len(l.Labels) != 1 || len(l.ManagedFields) != 0 || len(*l.Spec.HolderIdentity) > maxHolderLen {
+			t.Errorf("cached Lease %s: %d bytes, labels %d, managedFields %d, holder %d bytes", l.Name, size, len(l.Labels), len(l.ManagedFields), len(*l.Spec.HolderIdentity))
+		}
+		if l.ResourceVersion != "7" || l.Spec.RenewTime == nil || *l.Spec.LeaseDurationSeconds != 15 {
+			t.Errorf("cached Lease %s lost what a reconcile reads: %+v", l.Name, l)
+		}
+		switch l.Name {
+		case "cp1":
+			if l.Annotations[EndpointAnnotation] != "192.0.2.1:16443" || len(l.Annotations) != 1 {
+				t.Errorf("cp1's annotations %v", l.Annotations)
+			}
+		case "cp2":
+			if len(l.Annotations) != 0 {
+				t.Errorf("cp2's long endpoint annotation kept (%d annotations)", len(l.Annotations))
+			}
+		}
 	}
 }
