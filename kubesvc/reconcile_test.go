@@ -2,22 +2,15 @@ package kubesvc
 
 import (
 	"context"
-	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"go.uber.org/zap"
-	zapobserver "go.uber.org/zap/zaptest/observer"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 
 	"github.com/skewgate/skewgate/discovery"
@@ -401,77 +394,6 @@ func TestRivalBackoffStaysAtItsCap(t *testing.T) {
 	}
 }
 
-// TestShutdownRemovesItselfFirst: the Lease goes first, then the set without this member.
-func TestShutdownRemovesItselfFirst(t *testing.T) {
-	h := newHarness(t, "cp1", "192.0.2.1:16443", twoApiservers(), asLeftByApiservers(6443, "192.0.2.1", "192.0.2.2")...)
-	h.memberLease("cp1", "192.0.2.1:16443", h.clock.Now())
-	h.memberLease("cp2", "192.0.2.2:16443", h.clock.Now())
-	h.reconcile()
-	h.writes()
-	h.c.Shutdown()
-	if w := h.writes(); !slices.Equal(w, []string{"delete leases/cp1", "update endpointslices/kubernetes", "update endpoints/kubernetes"}) {
-		t.Fatalf("shutdown wrote %v", w)
-	}
-	if ips, port := h.published(); !slices.Equal(ips, []string{"192.0.2.2"}) || port != 16443 {
-		t.Fatalf("after shutdown %v %d, want cp2's front", ips, port)
-	}
-	// The last member leaving hands the Service back to the apiservers.
-	h2 := newHarness(t, "cp2", "192.0.2.2:16443", twoApiservers())
-	h2.client = h.client
-	h2.c.cfg.Client, h2.c.store = h.client, clientStore{h.client}
-	h2.c.Shutdown()
-	if ips, port := h.published(); !slices.Equal(ips, []string{"192.0.2.1", "192.0.2.2"}) || port != 6443 {
-		t.Fatalf("after the last shutdown %v %d, want the apiservers", ips, port)
-	}
-}
-
-// laggingStore is an informer cache that has not seen the latest Lease events: its Leases are a
-// snapshot, its objects current.
-type laggingStore struct {
-	clientStore
-	snapshot []*coordinationv1.Lease
-}
-
-func (s laggingStore) leases() []*coordinationv1.Lease { return s.snapshot }
-
-// TestSimultaneousShutdowns: two members stopping at once, each with a cache that still holds the
-// other's Lease, leave the apiservers' addresses, not a stopped front with no writer: each computes
-// the set from the API's Leases, and cp1, whose write of {cp2} lands after cp2 left, writes again.
-func TestSimultaneousShutdowns(t *testing.T) {
-	h := newHarness(t, "cp1", "192.0.2.1:16443", twoApiservers(), asLeftByApiservers(6443, "192.0.2.1", "192.0.2.2")...)
-	h2 := newHarness(t, "cp2", "192.0.2.2:16443", twoApiservers())
-	h2.client = h.client
-	h2.c.cfg.Client = h.client
-	h.memberLease("cp1", "192.0.2.1:16443", h.clock.Now())
-	h.memberLease("cp2", "192.0.2.2:16443", h.clock.Now())
-	h.reconcile()
-	h2.reconcile()
-	if ips, _ := h.published(); len(ips) != 2 {
-		t.Fatalf("before: %v", ips)
-	}
-	snapshot := clientStore{h.client}.leases()
-	h.c.store = laggingStore{clientStore{h.client}, snapshot}
-	h2.c.store = laggingStore{clientStore{h.client}, snapshot}
-	// cp2 deletes its Lease while cp1's write of the set without cp1 is in flight.
-	var once sync.Once
-	h.client.PrependReactor("update", "endpointslices", func(k8stesting.Action) (bool, runtime.Object, error) {
-		once.Do(func() {
-			if err := h.client.Tracker().Delete(coordinationv1.SchemeGroupVersion.WithResource("leases"), Namespace, "cp2"); err != nil {
-				t.Error(err)
-			}
-		})
-		return false, nil, nil
-	})
-	h.c.Shutdown()
-	if ips, port := h.published(); !slices.Equal(ips, []string{"192.0.2.1", "192.0.2.2"}) || port != 6443 {
-		t.Fatalf("after cp1's shutdown %v %d, want the apiservers (cp2 left during its write)", ips, port)
-	}
-	h2.c.Shutdown()
-	if ips, port := h.published(); !slices.Equal(ips, []string{"192.0.2.1", "192.0.2.2"}) || port != 6443 {
-		t.Fatalf("after both shutdowns %v %d, want the apiservers", ips, port)
-	}
-}
-
 // TestRivalEmptiedIsTakenBackAtOnce: the last apiserver on the lease reconciler empties the set when
 // it stops; skewgate writes it back without waiting, and counts the rival write.
 func TestRivalEmptiedIsTakenBackAtOnce(t *testing.T) {
@@ -490,95 +412,5 @@ func TestRivalEmptiedIsTakenBackAtOnce(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(h.c.m.rivals); n != 1 {
 		t.Errorf("rivals %v", n)
-	}
-}
-
-// TestMembersThatDisagreeDoNotFight: two members whose views differ (here: which apiservers are
-// TestMembersThatDisagreeBackOff: two members whose views differ for good (cp2's discovery sees
-// only cp1) overwrite each other with a growing hold, 2s doubling to 1m, and then once a minute;
-// each counts its overwrites and logs one error per streak. After a quiet period the hold starts
-// over at 2s.
-func TestMembersThatDisagreeBackOff(t *testing.T) {
-	h := newHarness(t, "cp1", "192.0.2.1:16443", newSource(ready("cp1", cp[0]), ready("cp2", cp[1])), asLeftByApiservers(6443, "192.0.2.9")...)
-	core, logs := zapobserver.New(zap.ErrorLevel)
-	h.c.log = zap.New(core)
-	src2 := newSource(ready("cp1", cp[0]))
-	c2, err := New(Config{Client: h.client, Source: src2, Member: "cp2", Endpoint: netip.MustParseAddrPort("192.0.2.2:16443"), Clock: h.clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c2.store = clientStore{h.client}
-	c2.synced.Store(true)
-	start := h.clock.Now()
-	var at []time.Duration // when cp1 overwrote cp2's write, from start
-	run := func(until time.Duration) {
-		for h.clock.Since(start) < until {
-			before := testutil.ToFloat64(h.c.m.peerOverwrites)
-			n1 := h.reconcile()
-			if testutil.ToFloat64(h.c.m.peerOverwrites) > before {
-				at = append(at, h.clock.Since(start))
-			}
-			n2, err := c2.reconcile(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
-			step := n1
-			if step == 0 || (n2 > 0 && n2 < step) {
-				step = n2
-			}
-			if step > 0 { // 0: a write, which the other member sees as an event
-				h.clock.Step(step)
-			}
-		}
-	}
-	run(5 * time.Minute)
-	var gaps []time.Duration
-	for i := 1; i < len(at); i++ {
-		gaps = append(gaps, at[i]-at[i-1])
-	}
-	want := []time.Duration{2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 32 * time.Second, time.Minute, time.Minute}
-	if len(gaps) < len(want) || !slices.Equal(gaps[:len(want)], want) {
-		t.Fatalf("cp1 overwrote cp2 at %v (gaps %v), want gaps starting %v", at, gaps, want)
-	}
-	for _, g := range gaps[len(want):] {
-		if g != time.Minute {
-			t.Fatalf("gaps %v: past the cap, want 1m", gaps)
-		}
-	}
-	if n := logs.FilterMessageSnippet("members disagree").Len(); n != 1 {
-		t.Errorf("logged the disagreement %d times, want once per streak", n)
-	}
-	// They agree: nothing to overwrite. After the quiet period, a new disagreement starts at 2s.
-	src2.set(ready("cp1", cp[0]), ready("cp2", cp[1]))
-	h.clock.Step(time.Minute)
-	h.reconcile()
-	c2.reconcile(context.Background())
-	h.clock.Step(peerQuiet + time.Second)
-	src2.set(ready("cp1", cp[0]))
-	c2.reconcile(context.Background())
-	h.reconcile() // overwrites cp2's new write: a new streak
-	if hold := h.c.peer.hold(h.clock.Now()); hold != peerHoldMin {
-		t.Fatalf("hold after the quiet period %v, want %v", hold, peerHoldMin)
-	}
-}
-
-// TestNoReconcileBeforeTheFirstTopology: before discovery published a Topology, nothing is written
-// and no member Lease is judged (each would read as no apiserver's).
-func TestNoReconcileBeforeTheFirstTopology(t *testing.T) {
-	src := &fakeSource{ch: make(chan struct{})}
-	h := newHarness(t, "cp1", "192.0.2.1:16443", src, asLeftByApiservers(6443, "192.0.2.9")...)
-	h.memberLease("cp1", "192.0.2.1:16443", h.clock.Now())
-	h.writes()
-	h.reconcile()
-	if w := h.writes(); len(w) != 0 {
-		t.Fatalf("wrote %v before the first Topology", w)
-	}
-	if n := testutil.ToFloat64(h.c.m.badLeases.WithLabelValues(BadNotAnApiserver)); n != 0 {
-		t.Fatalf("judged a member Lease before the first Topology")
-	}
-	src.set(ready("cp1", cp[0]))
-	h.reconcile()
-	if ips, _ := h.published(); !slices.Equal(ips, []string{"192.0.2.1"}) {
-		t.Fatalf("published %v", ips)
 	}
 }
