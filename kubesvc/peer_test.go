@@ -7,10 +7,9 @@ import (
 	"testing"
 	"time"
 
-	zapobserver "go.uber.org/zap/zaptest/observer"
-
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
+	zapobserver "go.uber.org/zap/zaptest/observer"
 )
 
 // TestMembersThatDisagreeBackOff: two members whose views differ for good (cp2's discovery sees

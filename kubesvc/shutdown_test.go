@@ -5,13 +5,11 @@ import (
 	"sync"
 	"testing"
 
-	zapobserver "go.uber.org/zap/zaptest/observer"
-
-	coordinationv1 "k8s.io/api/coordination/v1"
-	k8stesting "k8s.io/client-go/testing"
-
 	"go.uber.org/zap"
+	zapobserver "go.uber.org/zap/zaptest/observer"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
 )
 
 // TestShutdownRemovesItselfFirst: the Lease goes first, then the set without this member.
