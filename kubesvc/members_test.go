@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"maps"
 	"net"
 	"net/netip"
 	"strings"
@@ -16,6 +17,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/cert"
 	"k8s.io/utils/ptr"
+
+	"github.com/skewgate/skewgate/discovery"
 )
 
 func TestMemberValidation(t *testing.T) {
@@ -228,5 +231,18 @@ func TestMemberLeaseCacheIsSlim(t *testing.T) {
 				t.Errorf("cp2's long endpoint annotation kept (%d annotations)", len(l.Annotations))
 			}
 		}
+	}
+}
+
+// TestApiserverNames: member names are Lease names (lowercase), so apiserver names are matched
+// lowercased; two apiservers whose names differ only in case admit no address of their own.
+func TestApiserverNames(t *testing.T) {
+	got := apiserverAddrs(&discovery.Topology{
+		Upstreams: []discovery.Upstream{ready("CP1", "192.0.2.1:6443"), ready("cp2", "192.0.2.2:6443"), ready("CP2", "192.0.2.3:6443")},
+		Unproven:  []discovery.Upstream{notReady("cp3", "cp3.example:6443")},
+	})
+	want := map[string]netip.Addr{"cp1": netip.MustParseAddr("192.0.2.1"), "cp2": {}, "cp3": {}}
+	if !maps.Equal(got, want) {
+		t.Errorf("apiserver addresses %v, want %v", got, want)
 	}
 }
