@@ -72,7 +72,7 @@ const KubernetesEndpointsNamespace = "skewgate"
 
 // kubernetesEndpointsRBAC is what `serve --kubernetes-endpoints` needs beyond discovery:
 //   - Endpoints and EndpointSlice default/kubernetes: get, list and watch (informers with
-//     fieldSelector metadata.name=kubernetes) and update and patch, by resourceNames: no other object
+//     fieldSelector metadata.name=kubernetes) and update, by resourceNames: no other object
 //     of default. No create (RBAC cannot restrict create to a name: the objects must exist) and no
 //     delete;
 //   - the namespace skewgate, holding only the member Leases, and there leases: get, list, watch,
@@ -81,7 +81,7 @@ const KubernetesEndpointsNamespace = "skewgate"
 func kubernetesEndpointsRBAC(role roleFunc) []runtime.Object {
 	out := []runtime.Object{&corev1.Namespace{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"},
 		ObjectMeta: metav1.ObjectMeta{Name: KubernetesEndpointsNamespace, Labels: labels}}}
-	verbs := []string{"get", "list", "watch", "update", "patch"}
+	verbs := []string{"get", "list", "watch", "update"}
 	out = append(out, role("default", "skewgate:kubernetes-endpoints",
 		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"endpoints"}, ResourceNames: []string{"kubernetes"}, Verbs: verbs},
 		rbacv1.PolicyRule{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, ResourceNames: []string{"kubernetes"}, Verbs: verbs},

@@ -70,9 +70,11 @@ type Config struct {
 	Endpoint netip.AddrPort
 	// TTL is the Lease duration; the Lease is renewed every TTL/3 [DefaultTTL].
 	TTL time.Duration
-	// AllowedCIDRs: member addresses besides the apiservers' own that are accepted.
-	AllowedCIDRs []netip.Prefix
-	// MaxMembers caps the member Leases considered; past it they are ignored and counted [64].
+	// EndpointCIDRs (--kubernetes-endpoints-cidr): member addresses accepted besides the own address
+	// of the apiserver a member Lease is named for (fronts that do not listen on their apiserver's
+	// address). A member's Lease name must be a known apiserver's name either way.
+	EndpointCIDRs []netip.Prefix
+	// MaxMembers caps the live members; past it they are ignored and counted [64].
 	MaxMembers int
 	// Probe checks the local front before every renewal [nil: the Lease is never renewed].
 	Probe ProbeFunc

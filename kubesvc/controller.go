@@ -4,7 +4,6 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"go.uber.org/zap"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -54,8 +53,8 @@ type Controller struct {
 	obs       *observer
 	badLogged map[string]string // Lease name -> reason and annotation last logged
 	rival     rivalState
-	published string    // the set last written or found in place, for one log line per change
-	lastWrite time.Time // of the EndpointSlice, attempted
+	peer      peerState
+	published string // the set last written or found in place, for one log line per change
 	missing   map[string]bool
 }
 
@@ -124,6 +123,9 @@ func (c *Controller) startInformers(ctx context.Context) ([]cache.InformerSynced
 	of := informers.NewSharedInformerFactoryWithOptions(c.cfg.Client, 0, informers.WithNamespace(ServiceNamespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "metadata.name=" + ServiceName }))
 	li, ei, si := lf.Coordination().V1().Leases(), of.Core().V1().Endpoints(), of.Discovery().V1().EndpointSlices()
+	if err := li.Informer().SetTransform(slimLease); err != nil {
+		return nil, err
+	}
 	for _, inf := range []cache.SharedIndexInformer{li.Informer(), ei.Informer(), si.Informer()} {
 		if _, err := inf.AddEventHandler(enqueue); err != nil {
 			return nil, err
@@ -184,36 +186,4 @@ func (c *Controller) processNext(ctx context.Context) bool {
 		c.queue.AddAfter(key, next)
 	}
 	return true
-}
-
-// Shutdown removes this member: its Lease first, then the set without it (the other live members,
-// or the apiservers), within ShutdownTimeout, as a stopping apiserver removes its own IP
-// (lease.go RemoveEndpoints). It is what Run does when its context ends.
-func (c *Controller) Shutdown() {
-	if c.stopping.Swap(true) {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.ShutdownTimeout)
-	defer cancel()
-	err := c.cfg.Client.CoordinationV1().Leases(Namespace).Delete(ctx, c.cfg.Member, metav1.DeleteOptions{})
-	if err != nil && !isNotFound(err) {
-		c.log.Warn("could not delete this member's Lease on shutdown; it expires after its TTL", zap.Error(err))
-	}
-	if !c.synced.Load() {
-		return
-	}
-	for {
-		_, err := c.reconcile(ctx)
-		if err == nil {
-			c.log.Info("left the kubernetes endpoints")
-			return
-		}
-		select {
-		case <-ctx.Done():
-			c.log.Warn("could not write the kubernetes endpoints without this member before the shutdown timeout; the others drop it within the TTL",
-				zap.Duration("timeout", c.cfg.ShutdownTimeout), zap.Error(err))
-			return
-		case <-c.cfg.Clock.After(100 * time.Millisecond):
-		}
-	}
 }

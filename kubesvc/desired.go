@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"sort"
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -72,18 +73,29 @@ func fallbackSet(t *discovery.Topology) ([]string, int32) {
 	return ips, int32(best)
 }
 
-// trustedAddrs are the addresses of the apiservers discovery knows, proven or not: fronts run beside
-// apiservers, so a member's address must be one of them (or in an --allowed-cidr).
-func trustedAddrs(t *discovery.Topology) map[netip.Addr]bool {
-	out := map[netip.Addr]bool{}
+// apiserverAddrs are the apiservers discovery knows, proven or not, by name (the identity Lease's
+// hostname or the static upstream's name): a member Lease must carry one of these names, and its
+// address must be that apiserver's (or in a --kubernetes-endpoints-cidr). An apiserver whose address
+// is a DNS name maps to the zero address: only a --kubernetes-endpoints-cidr can admit its front.
+// Names are lowercased, as the member name (a Lease name) is.
+func apiserverAddrs(t *discovery.Topology) map[string]netip.Addr {
+	out := map[string]netip.Addr{}
 	if t == nil {
 		return out
 	}
 	for _, us := range [][]discovery.Upstream{t.Upstreams, t.Unproven} {
 		for _, u := range us {
+			var a netip.Addr
 			if ap, err := netip.ParseAddrPort(u.Address); err == nil {
-				out[ap.Addr().Unmap()] = true
+				a = ap.Addr().Unmap()
 			}
+			// Lease names are lowercase; a host name need not be. Two apiservers whose names
+			// differ only in case leave that name to --kubernetes-endpoints-cidr alone.
+			name := strings.ToLower(u.Name)
+			if prev, ok := out[name]; ok && prev != a {
+				a = netip.Addr{}
+			}
+			out[name] = a
 		}
 	}
 	return out

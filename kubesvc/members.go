@@ -12,17 +12,21 @@ import (
 )
 
 // Why a member Lease is ignored (label values of skewgate_kubesvc_bad_member_leases_total). Anyone
-// who can write Leases in the skewgate namespace can write a member Lease, so its endpoint is a claim
-// checked against what discovery already trusts, never a fact.
+// who can write Leases in the skewgate namespace can write a member Lease (the bootstrap RBAC lets
+// the scheduler and the controller-manager create Leases in every namespace), so a Lease is a claim
+// checked against what discovery already knows, never a fact: its name must be an apiserver's
+// name in the Topology, and its address that apiserver's own (or in a --kubernetes-endpoints-cidr).
+// That bounds the members to one per known apiserver.
 const (
-	BadMalformed  = "malformed"   // endpoint annotation missing, too long, or not IPv4:port
-	BadAddress    = "address"     // loopback, link-local, unspecified, multicast or broadcast
-	BadNotAllowed = "not_allowed" // not the address of an apiserver discovery knows, nor in an --allowed-cidr
-	BadPort       = "port"        // not the front port (one Endpoints subset carries one port for all)
-	BadMaxMembers = "max_members" // past the cap on members
+	BadMalformed      = "malformed"        // endpoint annotation missing, too long, or not IPv4:port
+	BadAddress        = "address"          // loopback, link-local, unspecified, multicast or broadcast
+	BadNotAnApiserver = "not_an_apiserver" // the Lease name is no apiserver's name in the Topology
+	BadNotAllowed     = "not_allowed"      // not the address of the apiserver it is named for, nor in a --kubernetes-endpoints-cidr
+	BadPort           = "port"             // not the front port (one Endpoints subset carries one port for all)
+	BadMaxMembers     = "max_members"      // live, but past the cap on members
 )
 
-var badReasons = []string{BadMalformed, BadAddress, BadNotAllowed, BadPort, BadMaxMembers}
+var badReasons = []string{BadMalformed, BadAddress, BadNotAnApiserver, BadNotAllowed, BadPort, BadMaxMembers}
 
 // maxAnnotationLen bounds what is parsed: "255.255.255.255:65535" is 21 bytes.
 const maxAnnotationLen = 32
@@ -31,7 +35,7 @@ const maxAnnotationLen = 32
 type member struct {
 	name     string
 	endpoint netip.AddrPort
-	duration time.Duration // the Lease's leaseDurationSeconds, within [MinTTL, MaxTTL]
+	duration time.Duration // the Lease's leaseDurationSeconds, within [MinTTL, this process's TTL]
 }
 
 // rejection is an ignored member Lease: why, and the annotation it carried (logged once per change).
@@ -74,15 +78,16 @@ func checkEndpointAddr(ap netip.AddrPort) (string, error) {
 // memberPolicy decides which member Leases count.
 type memberPolicy struct {
 	port uint16 // the front port: every member's
-	// trusted are the apiservers' addresses discovery knows (fronts run beside apiservers).
-	trusted map[netip.Addr]bool
-	cidrs   []netip.Prefix
-	max     int
-	ttl     time.Duration // for a Lease without leaseDurationSeconds
+	// apiservers are the addresses of the apiservers discovery knows, by name (fronts run beside
+	// apiservers and their member Lease carries the apiserver's name).
+	apiservers map[string]netip.Addr
+	cidrs      []netip.Prefix // --kubernetes-endpoints-cidr: fronts not on their apiserver's address
+	ttl        time.Duration  // this process's TTL: the longest duration a Lease may claim
 }
 
-// validate returns the valid member Leases sorted by name, at most max of them, and why each other
-// one was ignored, by Lease name.
+// validate returns the valid member Leases sorted by name and why each other one was ignored, by
+// Lease name. The cap on members is applied to the live ones (reconcile), so dead Leases cannot
+// fill it.
 func (p memberPolicy) validate(leases []*coordinationv1.Lease) ([]member, map[string]rejection) {
 	sorted := append([]*coordinationv1.Lease(nil), leases...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
@@ -104,10 +109,10 @@ func (p memberPolicy) validate(leases []*coordinationv1.Lease) ([]member, map[st
 		case err != nil:
 		case ap.Port() != p.port:
 			reason, err = BadPort, fmt.Errorf("port %d, but the fronts serve on %d", ap.Port(), p.port)
-		case !p.allowed(ap.Addr()):
-			reason, err = BadNotAllowed, fmt.Errorf("%s is no apiserver's address and in no --allowed-cidr", ap.Addr())
-		case len(out) >= p.max:
-			reason, err = BadMaxMembers, fmt.Errorf("more than %d member Leases", p.max)
+		case !p.known(l.Name):
+			reason, err = BadNotAnApiserver, fmt.Errorf("no apiserver discovery knows is named %q", l.Name)
+		case !p.allowed(l.Name, ap.Addr()):
+			reason, err = BadNotAllowed, fmt.Errorf("%s is not apiserver %s's address (%s) and in no --kubernetes-endpoints-cidr", ap.Addr(), l.Name, p.apiservers[l.Name])
 		}
 		if err != nil {
 			bad[l.Name] = rejection{reason, ann, err}
@@ -115,15 +120,20 @@ func (p memberPolicy) validate(leases []*coordinationv1.Lease) ([]member, map[st
 		}
 		d := p.ttl
 		if s := l.Spec.LeaseDurationSeconds; s != nil {
-			d = min(max(time.Duration(*s)*time.Second, MinTTL), MaxTTL)
+			d = min(max(time.Duration(*s)*time.Second, MinTTL), p.ttl)
 		}
 		out = append(out, member{name: l.Name, endpoint: ap, duration: d})
 	}
 	return out, bad
 }
 
-func (p memberPolicy) allowed(a netip.Addr) bool {
-	if p.trusted[a] {
+func (p memberPolicy) known(name string) bool {
+	_, ok := p.apiservers[name]
+	return ok
+}
+
+func (p memberPolicy) allowed(name string, a netip.Addr) bool {
+	if p.apiservers[name] == a {
 		return true
 	}
 	for _, c := range p.cidrs {
@@ -136,17 +146,26 @@ func (p memberPolicy) allowed(a netip.Addr) bool {
 
 // observer tells a live member from a dead one by this process's clock, as client-go's leader
 // election does (tools/leaderelection: observedTime is when the record was last seen to change): a
-// member is live while its renewal was seen to change within its Lease duration. The renewTime a
-// member writes is only compared with itself, never with this clock, so clock skew between nodes
-// cannot flap the set.
+// member is live while its renewal was seen to change within its Lease duration. Once a Lease was
+// seen, its renewTime is only compared with itself, never with this clock, so clock skew between
+// nodes cannot flap the set. A Lease seen for the first time (every Lease, after a restart) counts as
+// live only if its renewTime is within its duration of this clock (give or take firstSeenSkew), and
+// then only until that renewTime plus the duration; otherwise only once it is seen to change. So a
+// Lease nobody renews is live for at most one duration after it was written, whenever it is read.
 type observer struct {
 	clock clock.PassiveClock
 	seen  map[string]observation
 }
 
+// firstSeenSkew is the clock skew between nodes allowed when a Lease is seen for the first time.
+const firstSeenSkew = 2 * time.Second
+
 type observation struct {
 	renewal string // renewTime and holder as last read
 	at      time.Time
+	// first: not seen to change yet; renew is its renewTime then.
+	first bool
+	renew time.Time
 }
 
 func newObserver(c clock.PassiveClock) *observer {
@@ -166,11 +185,12 @@ func (o *observer) observe(leases []*coordinationv1.Lease) {
 		if l.Spec.HolderIdentity != nil {
 			r += "/" + *l.Spec.HolderIdentity
 		}
-		if prev, ok := o.seen[l.Name]; ok && prev.renewal == r {
+		prev, ok := o.seen[l.Name]
+		if ok && prev.renewal == r {
 			keep[l.Name] = prev
 			continue
 		}
-		keep[l.Name] = observation{renewal: r, at: now}
+		keep[l.Name] = observation{renewal: r, at: now, first: !ok, renew: l.Spec.RenewTime.Time}
 	}
 	o.seen = keep
 }
@@ -181,5 +201,18 @@ func (o *observer) expiry(m member) time.Time {
 	if !ok {
 		return time.Time{}
 	}
+	if ob.first {
+		if age := ob.at.Sub(ob.renew); age > m.duration+firstSeenSkew || age < -(m.duration+firstSeenSkew) {
+			return time.Time{} // stale (or far ahead) when first read: live only once it changes
+		}
+		return minTime(ob.renew.Add(m.duration+firstSeenSkew), ob.at.Add(m.duration))
+	}
 	return ob.at.Add(m.duration)
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"maps"
 	"net"
 	"net/netip"
 	"strings"
@@ -13,13 +14,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/cert"
 	"k8s.io/utils/ptr"
+
+	"github.com/skewgate/skewgate/discovery"
 )
 
 func TestMemberValidation(t *testing.T) {
-	p := memberPolicy{port: 16443, trusted: map[netip.Addr]bool{netip.MustParseAddr("10.0.0.1"): true},
-		cidrs: cidrs("192.0.2.0/24"), max: 10, ttl: 15 * time.Second}
+	p := memberPolicy{port: 16443, apiservers: map[string]netip.Addr{"m": netip.MustParseAddr("10.0.0.1"), "cp2": netip.MustParseAddr("10.0.0.2")},
+		cidrs: cidrs("192.0.2.0/24"), ttl: 15 * time.Second}
 	for _, c := range []struct {
 		annotation string
 		want       string // "" valid
@@ -53,13 +57,19 @@ func TestMemberValidation(t *testing.T) {
 			t.Errorf("%.40q: kept %d bytes of it", c.annotation, len(bad["m"].annotation))
 		}
 	}
-	// No annotation; a Lease duration outside the bounds is clamped.
+	// No annotation; a name that is no apiserver's, even on an apiserver's or an allowed address;
+	// another apiserver's address; a Lease duration past this process's TTL is clamped to it.
+	lease := func(name, ep string) *coordinationv1.Lease {
+		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{EndpointAnnotation: ep}}}
+	}
+	long := lease("m", "10.0.0.1:16443")
+	long.Spec.LeaseDurationSeconds = ptr.To(int32(1 << 30))
 	ok, bad := p.validate([]*coordinationv1.Lease{
-		{ObjectMeta: metav1.ObjectMeta{Name: "none"}},
-		{ObjectMeta: metav1.ObjectMeta{Name: "long", Annotations: map[string]string{EndpointAnnotation: "10.0.0.1:16443"}},
-			Spec: coordinationv1.LeaseSpec{LeaseDurationSeconds: ptr.To(int32(1 << 30))}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "none"}}, long,
+		lease("evil", "10.0.0.1:16443"), lease("evil2", "192.0.2.7:16443"), lease("cp2", "10.0.0.1:16443"),
 	})
-	if bad["none"].reason != BadMalformed || len(ok) != 1 || ok[0].duration != MaxTTL {
+	if bad["none"].reason != BadMalformed || bad["evil"].reason != BadNotAnApiserver || bad["evil2"].reason != BadNotAnApiserver ||
+		bad["cp2"].reason != BadNotAllowed || len(ok) != 1 || ok[0].duration != 15*time.Second {
 		t.Errorf("valid %+v, rejected %+v", ok, bad)
 	}
 }
@@ -171,5 +181,68 @@ func TestTLSProbe(t *testing.T) {
 	onlyOther.AppendCertsFromPEM(other)
 	if err := TLSProbe(&tls.Config{RootCAs: onlyOther}, time.Second)(context.Background(), serve(good, goodKey)); err == nil {
 		t.Error("a certificate from another CA was accepted")
+	}
+}
+
+// TestMemberLeaseCacheIsSlim: the member Lease informer keeps only what a reconcile reads, so a
+// Lease writer's annotations, labels, managedFields and a long holderIdentity do not stay in
+// memory; an endpoint annotation longer than any endpoint is dropped.
+func TestMemberLeaseCacheIsSlim(t *testing.T) {
+	big := strings.Repeat("x", 200<<10)
+	lease := func(name, endpoint string) *coordinationv1.Lease {
+		return &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: Namespace, ResourceVersion: "7",
+				Labels:        map[string]string{MemberLabel: "true", "other": big[:63]},
+				Annotations:   map[string]string{EndpointAnnotation: endpoint, "other": big},
+				ManagedFields: []metav1.ManagedFieldsEntry{{Manager: big[:1000]}}},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(big), LeaseDurationSeconds: ptr.To(int32(15)),
+				RenewTime: ptr.To(metav1.NewMicroTime(time.Unix(1_800_000_000, 0)))},
+		}
+	}
+	h := newHarness(t, "cp1", "192.0.2.1:16443", twoApiservers(), lease("cp1", "192.0.2.1:16443"), lease("cp2", big))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	synced, err := h.c.startInformers(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		t.Fatal("informers did not sync")
+	}
+	leases := h.c.store.leases()
+	if len(leases) != 2 {
+		t.Fatalf("cached %d Leases", len(leases))
+	}
+	for _, l := range leases {
+		size := len(l.Spec.String()) + len(l.ObjectMeta.String())
+		if size > 1024 || len(l.Labels) != 1 || len(l.ManagedFields) != 0 || len(*l.Spec.HolderIdentity) > maxHolderLen {
+			t.Errorf("cached Lease %s: %d bytes, labels %d, managedFields %d, holder %d bytes", l.Name, size, len(l.Labels), len(l.ManagedFields), len(*l.Spec.HolderIdentity))
+		}
+		if l.ResourceVersion != "7" || l.Spec.RenewTime == nil || *l.Spec.LeaseDurationSeconds != 15 {
+			t.Errorf("cached Lease %s lost what a reconcile reads: %+v", l.Name, l)
+		}
+		switch l.Name {
+		case "cp1":
+			if l.Annotations[EndpointAnnotation] != "192.0.2.1:16443" || len(l.Annotations) != 1 {
+				t.Errorf("cp1's annotations %v", l.Annotations)
+			}
+		case "cp2":
+			if len(l.Annotations) != 0 {
+				t.Errorf("cp2's long endpoint annotation kept (%d annotations)", len(l.Annotations))
+			}
+		}
+	}
+}
+
+// TestApiserverNames: member names are Lease names (lowercase), so apiserver names are matched
+// lowercased; two apiservers whose names differ only in case admit no address of their own.
+func TestApiserverNames(t *testing.T) {
+	got := apiserverAddrs(&discovery.Topology{
+		Upstreams: []discovery.Upstream{ready("CP1", "192.0.2.1:6443"), ready("cp2", "192.0.2.2:6443"), ready("CP2", "192.0.2.3:6443")},
+		Unproven:  []discovery.Upstream{notReady("cp3", "cp3.example:6443")},
+	})
+	want := map[string]netip.Addr{"cp1": netip.MustParseAddr("192.0.2.1"), "cp2": {}, "cp3": {}}
+	if !maps.Equal(got, want) {
+		t.Errorf("apiserver addresses %v, want %v", got, want)
 	}
 }

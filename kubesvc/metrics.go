@@ -32,8 +32,10 @@ type metrics struct {
 	fallback    prometheus.Gauge
 	writes      *prometheus.CounterVec
 	rivals      prometheus.Counter
-	badLeases   *prometheus.CounterVec
-	heartbeats  *prometheus.CounterVec
+	// peerOverwrites: this member overwrote another member's write (their views differ).
+	peerOverwrites prometheus.Counter
+	badLeases      *prometheus.CounterVec
+	heartbeats     *prometheus.CounterVec
 }
 
 // NewMetrics registers the mode's metrics on reg. serve registers them whether or not the mode is
@@ -49,6 +51,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Writes of the kubernetes Endpoints and EndpointSlice, by object and result."}, []string{"object", "result"}),
 		rivals: f.NewCounter(prometheus.CounterOpts{Name: "skewgate_kubesvc_rival_writes_total",
 			Help: "Changes of the kubernetes EndpointSlice to other endpoints by another writer than skewgate (an apiserver's reconciler)."}),
+		peerOverwrites: f.NewCounter(prometheus.CounterOpts{Name: "skewgate_kubesvc_peer_overwrites_total",
+			Help: "Writes of the kubernetes EndpointSlice over another member's write (members whose views disagree)."}),
 		badLeases: f.NewCounterVec(prometheus.CounterOpts{Name: "skewgate_kubesvc_bad_member_leases_total",
 			Help: "Member Leases ignored, counted once per Lease and content, by reason."}, []string{"reason"}),
 		heartbeats: f.NewCounterVec(prometheus.CounterOpts{Name: "skewgate_kubesvc_heartbeats_total",

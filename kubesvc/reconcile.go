@@ -3,6 +3,7 @@ package kubesvc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"go.uber.org/zap"
@@ -12,22 +13,36 @@ import (
 
 func isNotFound(err error) bool { return apierrors.IsNotFound(err) }
 
-// peerHold is the shortest time between this member's writes over another member's (see write).
-const peerHold = 2 * time.Second
-
 // reconcile computes the desired set from the member Leases and the Topology and writes what
 // differs. It returns when to look again without any event: the next member expiry or the end of a
 // rival backoff (0: only events).
 func (c *Controller) reconcile(ctx context.Context) (time.Duration, error) {
+	next, _, err := c.reconcileFrom(ctx, c.store)
+	return next, err
+}
+
+// outcome is what a reconcile published: the members whose endpoints are in the set (none: the
+// fallback or nothing), and whether it wrote an object.
+type outcome struct {
+	members []string
+	wrote   bool
+}
+
+// reconcileFrom is reconcile reading st.
+func (c *Controller) reconcileFrom(ctx context.Context, st store) (time.Duration, outcome, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.cfg.Clock.Now()
 	t, _ := c.cfg.Source.Watch()
-	leases := c.store.leases()
+	if t == nil {
+		// Before discovery's first Topology no apiserver is known: every member would read as
+		// unknown and there is no fallback. The Topology watch enqueues once it is published.
+		return 0, outcome{}, nil
+	}
+	leases := st.leases()
 	c.obs.observe(leases)
-	pol := memberPolicy{port: c.cfg.Endpoint.Port(), trusted: trustedAddrs(t), cidrs: c.cfg.AllowedCIDRs, max: c.cfg.MaxMembers, ttl: c.cfg.TTL}
+	pol := memberPolicy{port: c.cfg.Endpoint.Port(), apiservers: apiserverAddrs(t), cidrs: c.cfg.EndpointCIDRs, ttl: c.cfg.TTL}
 	members, bad := pol.validate(leases)
-	c.noteBad(bad)
 	var live []member
 	var next time.Duration
 	stopping := c.stopping.Load()
@@ -36,12 +51,17 @@ func (c *Controller) reconcile(ctx context.Context) (time.Duration, error) {
 			continue
 		}
 		if exp := c.obs.expiry(m); exp.After(now) {
+			if len(live) >= c.cfg.MaxMembers {
+				bad[m.name] = rejection{reason: BadMaxMembers, annotation: m.endpoint.String(), err: fmt.Errorf("more than %d live members", c.cfg.MaxMembers)}
+				continue
+			}
 			live = append(live, m)
 			if d := exp.Sub(now); next == 0 || d < next {
 				next = d
 			}
 		}
 	}
+	c.noteBad(bad)
 	c.m.liveMembers.Set(float64(len(live)))
 	d := desiredSet(live, c.cfg.Endpoint.Port(), t)
 	if d.fallback {
@@ -49,26 +69,31 @@ func (c *Controller) reconcile(ctx context.Context) (time.Duration, error) {
 	} else {
 		c.m.fallback.Set(0)
 	}
+	var out outcome
+	for _, m := range live {
+		out.members = append(out.members, m.name)
+	}
 	if len(d.ips) == 0 {
 		if c.published != "none" {
 			c.published = "none"
 			c.log.Warn("no live front and no ready apiserver with a publishable address: the kubernetes endpoints are left as they are")
 		}
-		return next, nil
+		return next, out, nil
 	}
-	wait, err := c.write(ctx, d, now)
+	wait, wrote, err := c.write(ctx, st, d, now)
+	out.wrote = wrote
 	if wait > 0 && (next == 0 || wait < next) {
 		next = wait
 	}
-	return next, err
+	return next, out, err
 }
 
 // write brings both objects to d, each only where it differs. The slice is read first: a rival's
 // write shows there (rival.go), and then neither object is written until the backoff passes.
-func (c *Controller) write(ctx context.Context, d desired, now time.Time) (time.Duration, error) {
+func (c *Controller) write(ctx context.Context, st store, d desired, now time.Time) (time.Duration, bool, error) {
 	var errs []error
-	wrote := false
-	cs, err := c.store.slice()
+	wrote, wroteEndpoints := false, false
+	cs, err := st.slice()
 	switch {
 	case isNotFound(err):
 		c.noteMissing(objEndpointSlice)
@@ -78,23 +103,27 @@ func (c *Controller) write(ctx context.Context, d desired, now time.Time) (time.
 		c.missing[objEndpointSlice] = false
 		want := wantSlice(cs, d, c.cfg.Member)
 		if wait := c.rival.check(c, cs, want, now); wait > 0 {
-			return wait, nil
+			return wait, false, nil
 		}
-		// Members whose views differ for a moment (a Lease seen expiring a few milliseconds apart,
-		// an apiserver's readiness probed at different times) would otherwise overwrite each other
-		// on every event: at most one write per peerHold each, until their views agree.
-		if markedSlice(cs) && cs.Annotations[WriterAnnotation] != c.cfg.Member && !sliceEqual(cs, want) &&
-			!c.stopping.Load() && !c.lastWrite.IsZero() && now.Sub(c.lastWrite) < peerHold {
-			return peerHold - now.Sub(c.lastWrite), nil
+		// Another member's write this member disagrees with: held back (peer.go), except when
+		// stopping (the set without this member must be written).
+		overPeer := markedSlice(cs) && cs.Annotations[WriterAnnotation] != c.cfg.Member && !sliceEqual(cs, want) && !c.stopping.Load()
+		if overPeer {
+			if wait := c.peer.hold(now); wait > 0 {
+				return wait, false, nil
+			}
 		}
 		if !sliceEqual(cs, want) && !(c.rival.yielded(cs, want)) {
 			_, err := c.cfg.Client.DiscoveryV1().EndpointSlices(ServiceNamespace).Update(ctx, want, metav1.UpdateOptions{FieldManager: fieldManager})
 			c.rival.seenOurs = c.rival.seenOurs || err == nil
 			wrote = true
+			if overPeer && err == nil {
+				c.peer.overwrote(c, cs.Annotations[WriterAnnotation], now)
+			}
 			errs = append(errs, c.noteWrite(objEndpointSlice, err))
 		}
 	}
-	ce, err := c.store.endpoints()
+	ce, err := st.endpoints()
 	switch {
 	case isNotFound(err):
 		c.noteMissing(objEndpoints)
@@ -104,18 +133,16 @@ func (c *Controller) write(ctx context.Context, d desired, now time.Time) (time.
 		c.missing[objEndpoints] = false
 		if want := wantEndpoints(ce, d); !endpointsEqual(ce, want) {
 			_, err := c.cfg.Client.CoreV1().Endpoints(ServiceNamespace).Update(ctx, want, metav1.UpdateOptions{FieldManager: fieldManager})
+			wroteEndpoints = true
 			errs = append(errs, c.noteWrite(objEndpoints, err))
 		}
 	}
 	err = errors.Join(errs...)
-	if wrote {
-		c.lastWrite = now
-	}
 	if err == nil && c.published != d.String() {
 		c.published = d.String()
 		c.log.Info("kubernetes endpoints", zap.Strings("addresses", d.ips), zap.Int32("port", d.port), zap.Bool("fallback", d.fallback))
 	}
-	return 0, err
+	return 0, wrote || wroteEndpoints, err
 }
 
 func (c *Controller) noteWrite(obj string, err error) error {

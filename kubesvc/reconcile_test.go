@@ -2,8 +2,8 @@ package kubesvc
 
 import (
 	"context"
-	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +11,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/skewgate/skewgate/discovery"
 )
 
 // Two control-plane nodes: apiservers at .1 and .2:6443, fronts on the same IPs at :16443.
@@ -161,8 +164,8 @@ func TestBadLeasesIgnoredCountedOnce(t *testing.T) {
 	for range 3 {
 		h.reconcile()
 	}
-	if n := testutil.ToFloat64(h.c.m.badLeases.WithLabelValues(BadNotAllowed)); n != 1 {
-		t.Errorf("not_allowed counted %v times, want once", n)
+	if n := testutil.ToFloat64(h.c.m.badLeases.WithLabelValues(BadNotAnApiserver)); n != 1 {
+		t.Errorf("not_an_apiserver counted %v times, want once", n)
 	}
 	h.memberLease("evil", "127.0.0.1:16443", now.Add(time.Second))
 	h.reconcile()
@@ -184,22 +187,109 @@ func TestBadLeasesIgnoredCountedOnce(t *testing.T) {
 	}
 }
 
-func TestMemberCap(t *testing.T) {
-	h := newHarness(t, "cp1", "192.0.2.1:16443", twoApiservers(), asLeftByApiservers(6443, "192.0.2.1")...)
-	h.c.cfg.AllowedCIDRs = cidrs("192.0.2.0/24")
-	for i := range 6 { // the harness caps at 4
-		h.memberLease("m"+string(rune('a'+i)), "192.0.2."+string(rune('1'+i))+":16443", h.clock.Now())
+// TestDeadLeasesCannotFillTheCap: the cap counts live members only, so Leases nobody renews (a
+// Lease writer filling the cap) cannot keep real members out; past the cap, live ones are ignored.
+func TestDeadLeasesCannotFillTheCap(t *testing.T) {
+	var ups []discovery.Upstream
+	for i := range 6 {
+		ups = append(ups, ready("cp"+strconv.Itoa(i+1), "192.0.2."+strconv.Itoa(i+1)+":6443"))
+	}
+	h := newHarness(t, "cp5", "192.0.2.5:16443", newSource(ups...), asLeftByApiservers(6443, "192.0.2.1")...)
+	stale := h.clock.Now().Add(-time.Hour)
+	for i := range 4 { // the harness caps at 4: cp1..cp4 written once, an hour ago, never renewed
+		h.memberLease("cp"+strconv.Itoa(i+1), "192.0.2."+strconv.Itoa(i+1)+":16443", stale)
+	}
+	h.memberLease("cp5", "192.0.2.5:16443", h.clock.Now())
+	h.memberLease("cp6", "192.0.2.6:16443", h.clock.Now())
+	h.reconcile()
+	if ips, _ := h.published(); !slices.Equal(ips, []string{"192.0.2.5", "192.0.2.6"}) {
+		t.Fatalf("published %v, want the two live members", ips)
+	}
+	if n := testutil.ToFloat64(h.c.m.badLeases.WithLabelValues(BadMaxMembers)); n != 0 {
+		t.Errorf("max_members counted %v with 2 live members", n)
+	}
+	for i := range 4 { // now they all renew: 6 live, the first 4 by name count
+		h.memberLease("cp"+strconv.Itoa(i+1), "192.0.2."+strconv.Itoa(i+1)+":16443", h.clock.Now())
 	}
 	h.reconcile()
 	if ips, _ := h.published(); len(ips) != 4 {
-		t.Fatalf("published %v, want the first 4 by Lease name", ips)
+		t.Fatalf("published %v, want 4", ips)
 	}
 	if n := testutil.ToFloat64(h.c.m.badLeases.WithLabelValues(BadMaxMembers)); n != 2 {
-		t.Errorf("max_members counted %v", n)
+		t.Errorf("max_members counted %v, want 2", n)
 	}
 }
 
-// TestMissingObjectsNotCreated: skewgate has no create verb; a missing object is counted.
+// TestForgedMemberLeases: a member Lease must be named for an apiserver discovery knows and carry
+// that apiserver's address, or one in a --kubernetes-endpoints-cidr: a Lease writer cannot publish
+// an address of its own, nor another apiserver's under a made-up name.
+func TestForgedMemberLeases(t *testing.T) {
+	h := newHarness(t, "cp1", "192.0.2.1:16443", twoApiservers(), asLeftByApiservers(6443, "192.0.2.1", "192.0.2.2")...)
+	h.c.cfg.EndpointCIDRs = cidrs("198.51.100.0/24")
+	now := h.clock.Now()
+	h.memberLease("cp1", "192.0.2.1:16443", now)
+	h.memberLease("kube-evil", "198.51.100.7:16443", now) // inside the CIDR, but no apiserver's name
+	h.memberLease("evil2", "192.0.2.2:16443", now)        // an apiserver's address, another name
+	h.memberLease("cp2", "192.0.2.1:16443", now)          // cp1's address under cp2's name
+	h.reconcile()
+	if ips, _ := h.published(); !slices.Equal(ips, []string{"192.0.2.1"}) {
+		t.Fatalf("published %v, want cp1 only", ips)
+	}
+	if n := testutil.ToFloat64(h.c.m.badLeases.WithLabelValues(BadNotAnApiserver)); n != 2 {
+		t.Errorf("not_an_apiserver counted %v, want 2", n)
+	}
+	if n := testutil.ToFloat64(h.c.m.badLeases.WithLabelValues(BadNotAllowed)); n != 1 {
+		t.Errorf("not_allowed counted %v, want 1", n)
+	}
+	// cp2's front on another address, admitted by --kubernetes-endpoints-cidr.
+	h.memberLease("cp2", "198.51.100.2:16443", now.Add(time.Second))
+	h.reconcile()
+	if ips, _ := h.published(); !slices.Equal(ips, []string{"192.0.2.1", "198.51.100.2"}) {
+		t.Fatalf("published %v, want cp1 and cp2's front", ips)
+	}
+}
+
+// TestFirstSeenLeases: a Lease read for the first time (after a restart) is live only if its
+// renewTime is within its duration of this clock, and a Lease never renewed stays live for at most
+// this process's TTL, whatever leaseDurationSeconds it claims.
+func TestFirstSeenLeases(t *testing.T) {
+	h := newHarness(t, "cp1", "192.0.2.1:16443", twoApiservers(), asLeftByApiservers(6443, "192.0.2.9")...)
+	h.memberLease("cp1", "192.0.2.1:16443", h.clock.Now())
+	h.memberLease("cp2", "192.0.2.2:16443", h.clock.Now().Add(-20*time.Second)) // TTL 15s: stale
+	h.reconcile()
+	if ips, _ := h.published(); !slices.Equal(ips, []string{"192.0.2.1"}) {
+		t.Fatalf("published %v, want cp1 only (cp2's renewal is 20s old)", ips)
+	}
+	h.memberLease("cp2", "192.0.2.2:16443", h.clock.Now().Add(-19*time.Second)) // changed: live
+	h.reconcile()
+	if ips, _ := h.published(); len(ips) != 2 {
+		t.Fatalf("published %v, want both once cp2 renewed", ips)
+	}
+
+	// A fresh Lease claiming 300s, never renewed: gone after this process's 15s.
+	h2 := newHarness(t, "cp1", "192.0.2.1:16443", twoApiservers(), asLeftByApiservers(6443, "192.0.2.9")...)
+	h2.memberLease("cp2", "192.0.2.2:16443", h2.clock.Now())
+	l, err := h2.client.CoordinationV1().Leases(Namespace).Get(context.Background(), "cp2", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Spec.LeaseDurationSeconds = ptr.To(int32(300))
+	if _, err := h2.client.CoordinationV1().Leases(Namespace).Update(context.Background(), l, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	renew := func() { h2.memberLease("cp1", "192.0.2.1:16443", h2.clock.Now()) }
+	renew()
+	if next := h2.reconcile(); next != 15*time.Second {
+		t.Fatalf("next look %v, want cp2's expiry in 15s", next)
+	}
+	h2.clock.Step(15 * time.Second)
+	renew()
+	h2.reconcile()
+	if ips, _ := h2.published(); !slices.Equal(ips, []string{"192.0.2.1"}) {
+		t.Fatalf("published %v after 15s, want cp1 only", ips)
+	}
+}
+
 func TestMissingObjectsNotCreated(t *testing.T) {
 	h := newHarness(t, "cp1", "192.0.2.1:16443", twoApiservers())
 	h.memberLease("cp1", "192.0.2.1:16443", h.clock.Now())
@@ -272,27 +362,35 @@ func TestRivalBackoff(t *testing.T) {
 	}
 }
 
-// TestShutdownRemovesItselfFirst: the Lease goes first, then the set without this member.
-func TestShutdownRemovesItselfFirst(t *testing.T) {
+// TestRivalBackoffStaysAtItsCap: a rival (an apiserver on the lease reconciler) that writes its set
+// back 10s after each takeover keeps skewgate's backoff growing to 5m and there: the quiet period
+// that resets it is measured from the end of the last backoff, not from the last rival write.
+func TestRivalBackoffStaysAtItsCap(t *testing.T) {
 	h := newHarness(t, "cp1", "192.0.2.1:16443", twoApiservers(), asLeftByApiservers(6443, "192.0.2.1", "192.0.2.2")...)
-	h.memberLease("cp1", "192.0.2.1:16443", h.clock.Now())
-	h.memberLease("cp2", "192.0.2.2:16443", h.clock.Now())
-	h.reconcile()
-	h.writes()
-	h.c.Shutdown()
-	if w := h.writes(); !slices.Equal(w, []string{"delete leases/cp1", "update endpointslices/kubernetes", "update endpoints/kubernetes"}) {
-		t.Fatalf("shutdown wrote %v", w)
-	}
-	if ips, port := h.published(); !slices.Equal(ips, []string{"192.0.2.2"}) || port != 16443 {
-		t.Fatalf("after shutdown %v %d, want cp2's front", ips, port)
-	}
-	// The last member leaving hands the Service back to the apiservers.
-	h2 := newHarness(t, "cp2", "192.0.2.2:16443", twoApiservers())
-	h2.client = h.client
-	h2.c.cfg.Client, h2.c.store = h.client, clientStore{h.client}
-	h2.c.Shutdown()
-	if ips, port := h.published(); !slices.Equal(ips, []string{"192.0.2.1", "192.0.2.2"}) || port != 6443 {
-		t.Fatalf("after the last shutdown %v %d, want the apiservers", ips, port)
+	renew := func() { h.memberLease("cp1", "192.0.2.1:16443", h.clock.Now()) }
+	renew()
+	h.reconcile() // the takeover
+	want := []time.Duration{5 * time.Second, 10 * time.Second, 20 * time.Second, 40 * time.Second, 80 * time.Second, 160 * time.Second,
+		5 * time.Minute, 5 * time.Minute, 5 * time.Minute}
+	for i, wait := range want {
+		h.clock.Step(10 * time.Second) // the rival's reconcile interval
+		for _, o := range asLeftByApiservers(6443, "192.0.2.1", "192.0.2.2") {
+			o.(metav1.Object).SetResourceVersion("r" + strconv.Itoa(i))
+			if err := h.client.Tracker().Update(gvrOf(o), o, ServiceNamespace); err != nil {
+				t.Fatal(err)
+			}
+		}
+		renew()
+		h.reconcile()
+		if h.c.rival.delay != wait {
+			t.Fatalf("rival write %d: backoff %v, want %v", i, h.c.rival.delay, wait)
+		}
+		h.clock.Step(wait)
+		renew()
+		h.reconcile()
+		if ips, port := h.published(); !slices.Equal(ips, []string{"192.0.2.1"}) || port != 16443 {
+			t.Fatalf("rival write %d: not taken back after the backoff: %v %d", i, ips, port)
+		}
 	}
 }
 
@@ -314,38 +412,5 @@ func TestRivalEmptiedIsTakenBackAtOnce(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(h.c.m.rivals); n != 1 {
 		t.Errorf("rivals %v", n)
-	}
-}
-
-// TestMembersThatDisagreeDoNotFight: two members whose views differ (here: which apiservers are
-// ready, in fallback) overwrite each other at most once per peerHold each, not on every event.
-func TestMembersThatDisagreeDoNotFight(t *testing.T) {
-	h := newHarness(t, "cp1", "192.0.2.1:16443", newSource(ready("cp1", cp[0]), ready("cp2", cp[1])), asLeftByApiservers(6443, "192.0.2.9")...)
-	c2, err := New(Config{Client: h.client, Source: newSource(ready("cp1", cp[0])), Member: "cp2", Endpoint: netip.MustParseAddrPort("192.0.2.2:16443"), Clock: h.clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c2.store = clientStore{h.client}
-	c2.synced.Store(true)
-	h.reconcile()
-	if _, err := c2.reconcile(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	h.writes()
-	for range 5 { // events: each sees the other's write
-		if next := h.reconcile(); next != peerHold {
-			t.Fatalf("held for %v, want %v", next, peerHold)
-		}
-		if _, err := c2.reconcile(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if w := h.writes(); len(w) != 0 {
-		t.Fatalf("wrote %v within the hold", w)
-	}
-	h.clock.Step(peerHold)
-	h.reconcile()
-	if ips, _ := h.published(); len(ips) != 2 {
-		t.Fatalf("after the hold %v, want cp1's view", ips)
 	}
 }

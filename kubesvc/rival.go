@@ -18,14 +18,13 @@ import (
 // every few seconds; instead skewgate waits, 5s after the first rival write and twice as long after
 // each next one up to 5m, and then takes the objects back once. The rival's set (the apiservers'
 // own addresses) is what the cluster had without skewgate, so yielding costs no availability. The
-// backoff starts over once no rival was seen for 5m. An emptied slice is taken back at once: an
-// empty set is worse than any.
+// backoff starts over once no rival write came for 5m after the last backoff ended. An emptied
+// slice is taken back at once: an empty set is worse than any.
 type rivalState struct {
-	seenOurs bool      // the slice carried skewgate's mark since this process started
-	lastKey  string    // the rival write last counted (resourceVersion and addresses)
-	last     time.Time // when it was seen
+	seenOurs bool   // the slice carried skewgate's mark since this process started
+	lastKey  string // the rival write last counted (resourceVersion and addresses)
 	delay    time.Duration
-	until    time.Time
+	until    time.Time // the end of the current backoff
 }
 
 // contentEqual: same endpoints and ports, whoever wrote them.
@@ -56,11 +55,14 @@ func (r *rivalState) check(c *Controller, cur, want *discoveryv1.EndpointSlice, 
 			c.log.Error("another writer emptied the kubernetes EndpointSlice (the last apiserver on the lease reconciler stopping?); writing it back at once")
 			return 0
 		}
-		if !r.last.IsZero() && now.Sub(r.last) > rivalBackoffMax {
+		// Quiet for rivalBackoffMax since the last backoff ended: start over. Measured from the
+		// end of the backoff, not the last rival write, or a rival that writes back right after
+		// each takeover would reset the backoff every time it reached its cap.
+		if !r.until.IsZero() && now.Sub(r.until) > rivalBackoffMax {
 			r.delay = 0
 		}
 		r.delay = min(max(2*r.delay, rivalBackoffMin), rivalBackoffMax)
-		r.lastKey, r.last, r.until = key, now, now.Add(r.delay)
+		r.lastKey, r.until = key, now.Add(r.delay)
 		c.m.rivals.Inc()
 		c.log.Error("another writer changed the kubernetes EndpointSlice (an apiserver whose --endpoint-reconciler-type is not none?); not writing back before the backoff",
 			zap.String("addresses", sliceAddrs(cur)), zap.Duration("backoff", r.delay))

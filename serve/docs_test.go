@@ -46,7 +46,7 @@ func registered(t *testing.T) map[string]metric {
 	t.Cleanup(cancel)
 	srv, _, _ := startServer(t, ctx, func(o *options.Options) {
 		o.GRPCCertFile, o.GRPCKeyFile, o.GRPCClientCAFile = certFile, keyFile, certFile
-		o.KubernetesEndpoints, o.KubernetesEndpointAddress = true, "192.0.2.1"
+		o.KubernetesEndpoints, o.KubernetesEndpointAddress, o.AllowedCIDRs = true, "192.0.2.1", []string{"192.0.2.0/24"}
 	})
 	out := map[string]metric{}
 	ch := make(chan *prometheus.Desc)

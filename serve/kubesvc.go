@@ -24,16 +24,13 @@ func kubernetesEndpoints(o *options.Options, dcfg discovery.Config, src *discove
 	if dcfg.Client == nil {
 		return nil, errors.New("--kubernetes-endpoints needs a kubeconfig (or the in-cluster config)")
 	}
-	if len(o.CIDRs()) == 0 && o.TrustEndpointSlice {
-		log.Warn("--kubernetes-endpoints without --allowed-cidr: once skewgate writes the kubernetes EndpointSlice, discovery no longer trusts it, so apiservers (and the fronts beside them) are accepted only as --static-upstream")
-	}
 	roots, err := upstreamRoots(dcfg)
 	if err != nil {
 		return nil, fmt.Errorf("--kubernetes-endpoints: the front probe's CA: %w", err)
 	}
 	return kubesvc.New(kubesvc.Config{
 		Client: dcfg.Client, Source: src, Member: o.KubernetesEndpointsMember, Endpoint: o.KubernetesEndpoint(),
-		TTL: o.KubernetesEndpointsTTL, AllowedCIDRs: o.CIDRs(), MaxMembers: o.MaxUpstreams,
+		TTL: o.KubernetesEndpointsTTL, EndpointCIDRs: o.KubernetesEndpointCIDRs(), MaxMembers: o.MaxUpstreams,
 		Probe:  kubesvc.TLSProbe(&tls.Config{RootCAs: roots}, o.KubernetesEndpointsTTL/3),
 		Logger: log, Metrics: m,
 	})

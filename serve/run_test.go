@@ -221,7 +221,7 @@ func TestGRPCCertificateReload(t *testing.T) {
 func TestKubernetesEndpointsComponent(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	_, done, _ := startServer(t, ctx, func(o *options.Options) {
-		o.KubernetesEndpoints, o.KubernetesEndpointAddress = true, "192.0.2.1"
+		o.KubernetesEndpoints, o.KubernetesEndpointAddress, o.AllowedCIDRs = true, "192.0.2.1", []string{"192.0.2.0/24"}
 	})
 	cancel()
 	select {

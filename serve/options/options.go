@@ -32,6 +32,9 @@ type Options struct {
 	KubernetesEndpointsTTL    time.Duration
 	// KubernetesEndpointsMember names this node's member Lease (default: the lowercase host name).
 	KubernetesEndpointsMember string
+	// KubernetesEndpointsCIDRs admit member addresses besides the own address of the apiserver a
+	// member Lease is named for.
+	KubernetesEndpointsCIDRs []string
 
 	// Listeners of this process: host:port or unix:///path.
 	XDSListen, ExtProcListen, HTTPListen string
@@ -55,6 +58,7 @@ type Options struct {
 	// Parsed by Validate.
 	static       []StaticUpstream
 	cidrs        []netip.Prefix
+	kubeCIDRs    []netip.Prefix
 	kubeEndpoint netip.AddrPort
 }
 
@@ -67,6 +71,9 @@ func (o *Options) Static() []StaticUpstream { return o.static }
 
 // CIDRs is the parsed --allowed-cidr list (set by Validate).
 func (o *Options) CIDRs() []netip.Prefix { return o.cidrs }
+
+// KubernetesEndpointCIDRs is the parsed --kubernetes-endpoints-cidr list (set by Validate).
+func (o *Options) KubernetesEndpointCIDRs() []netip.Prefix { return o.kubeCIDRs }
 
 // DefaultMaxUpstreams is --max-upstreams' default. A control plane runs 3 to 5 apiservers, twice
 // that during a surge upgrade; 64 leaves ample room while bounding what forged Leases can cost: one
@@ -117,7 +124,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.KubernetesEndpoints, "kubernetes-endpoints", o.KubernetesEndpoints, "own the default/kubernetes Endpoints and EndpointSlice: publish the live fronts (else the ready apiservers) so in-cluster clients reach the fronts; needs the apiservers on --endpoint-reconciler-type=none and the RBAC of `skewgate kubeadm rbac --kubernetes-endpoints` (docs/kubernetes-service.md)")
 	fs.StringVar(&o.KubernetesEndpointAddress, "kubernetes-endpoint-address", o.KubernetesEndpointAddress, "this node's front IPv4 address as clients reach it, published with --front-port (default: --front-address when it is one address; required when it is 0.0.0.0)")
 	fs.DurationVar(&o.KubernetesEndpointsTTL, "kubernetes-endpoints-ttl", o.KubernetesEndpointsTTL, "this member's Lease duration, renewed every third of it while discovery has a ready apiserver and the front answers; 5s to 5m")
-	fs.StringVar(&o.KubernetesEndpointsMember, "kubernetes-endpoints-member", o.KubernetesEndpointsMember, "name of this node's member Lease in namespace skewgate (default: the lowercase host name)")
+	fs.StringVar(&o.KubernetesEndpointsMember, "kubernetes-endpoints-member", o.KubernetesEndpointsMember, "name of this node's member Lease in namespace skewgate, which must be its apiserver's name as discovery knows it (identity Lease hostname or --static-upstream name; default: the lowercase host name)")
+	fs.StringArrayVar(&o.KubernetesEndpointsCIDRs, "kubernetes-endpoints-cidr", o.KubernetesEndpointsCIDRs, "CIDR a member's front address may be in besides its apiserver's own address (repeatable; for fronts not on their apiserver's address); a member Lease must still be named for a known apiserver")
 
 	fs.StringVar(&o.XDSListen, "xds-listen", o.XDSListen, "xDS (ADS) gRPC listen address, unix:///path (its directory is created 0700 if missing) or host:port with mTLS")
 	fs.StringVar(&o.ExtProcListen, "extproc-listen", o.ExtProcListen, "ext_proc gRPC listen address, unix:///path (its directory is created 0700 if missing) or host:port with mTLS")

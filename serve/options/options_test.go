@@ -72,6 +72,7 @@ var badValues = map[string][]struct{ value, want string }{
 	"kubernetes-endpoint-address": {{"127.0.0.1", ""}, {"169.254.0.1", ""}, {"0.0.0.0", ""}, {"2001:db8::1", ""}, {"cp1", ""}},
 	"kubernetes-endpoints-ttl":    {{"0s", ""}, {"4s", ""}, {"6m", ""}},
 	"kubernetes-endpoints-member": {{"CP_1", ""}, {"-x", ""}},
+	"kubernetes-endpoints-cidr":   {{"10.0.0.0/33", ""}, {"2001:db8::/64", ""}, {"x", ""}},
 	"log-level":                   {{"verbose", ""}, {"", ""}},
 }
 
@@ -110,6 +111,20 @@ func TestOptionsValidate(t *testing.T) {
 	}
 }
 
+// TestKubernetesEndpointsNeedAllowedCIDR: without --allowed-cidr, discovery would refuse every
+// apiserver but the static ones once skewgate writes the EndpointSlice it no longer trusts.
+func TestKubernetesEndpointsNeedAllowedCIDR(t *testing.T) {
+	o, err := parse(t, "--kubernetes-endpoints", "--front-address=10.0.0.5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.AllowedCIDRs = nil
+	err = errors.Join(o.Validate()...)
+	if err == nil || !strings.Contains(err.Error(), "--kubernetes-endpoints needs --allowed-cidr") || !strings.Contains(err.Error(), "no longer trusts") {
+		t.Fatalf("error %v", err)
+	}
+}
+
 // TestOptionsValidateRelations: rules between flags, each naming both.
 func TestOptionsValidateRelations(t *testing.T) {
 	for name, c := range map[string]struct {
@@ -141,7 +156,8 @@ func TestOptionsValidateRelations(t *testing.T) {
 		{"--grpc-plaintext-loopback", "--xds-listen=127.0.0.1:18000", "--extproc-listen=[::1]:18001"},
 		{"--grpc-peer-uid=101", "--grpc-peer-uid=0", "--grpc-peer-uid=4294967294"},
 		{"--kubernetes-endpoints", "--front-address=10.0.0.5"},
-		{"--kubernetes-endpoints", "--kubernetes-endpoint-address=10.0.0.5", "--kubernetes-endpoints-ttl=5s", "--kubernetes-endpoints-member=cp-1.example"},
+		{"--kubernetes-endpoints", "--kubernetes-endpoint-address=10.0.0.5", "--kubernetes-endpoints-ttl=5s", "--kubernetes-endpoints-member=cp-1.example",
+			"--kubernetes-endpoints-cidr=192.0.2.0/24", "--kubernetes-endpoints-cidr=198.51.100.0/24"},
 	} {
 		if _, err := parse(t, args...); err != nil {
 			t.Errorf("%v refused: %v", args, err)

@@ -231,6 +231,21 @@ func (o *Options) validateKubernetesEndpoints() []error {
 	} else if m == "" && o.KubernetesEndpoints {
 		errs = append(errs, errors.New("--kubernetes-endpoints needs --kubernetes-endpoints-member (the host name is empty)"))
 	}
+	o.kubeCIDRs = nil
+	for _, c := range o.KubernetesEndpointsCIDRs {
+		p, err := netip.ParsePrefix(strings.TrimSpace(c))
+		if err != nil || !p.Addr().Is4() {
+			errs = append(errs, fmt.Errorf("--kubernetes-endpoints-cidr=%s: not an IPv4 CIDR (the kubernetes EndpointSlice is IPv4)", c))
+			continue
+		}
+		o.kubeCIDRs = append(o.kubeCIDRs, p.Masked())
+	}
+	// Once skewgate writes the kubernetes EndpointSlice, discovery no longer trusts it
+	// (--trust-endpointslice): other apiservers are then accepted only by --allowed-cidr (or as
+	// --static-upstream, which cannot be told to cover every apiserver).
+	if o.KubernetesEndpoints && len(o.AllowedCIDRs) == 0 {
+		errs = append(errs, errors.New("--kubernetes-endpoints needs --allowed-cidr: once skewgate writes the kubernetes EndpointSlice, discovery no longer trusts its addresses, so without an --allowed-cidr every apiserver that is no --static-upstream would be refused"))
+	}
 	addr, flag := o.KubernetesEndpointAddress, "--kubernetes-endpoint-address"
 	if addr == "" {
 		if !o.KubernetesEndpoints {

@@ -19,6 +19,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
@@ -159,7 +160,17 @@ func TestTestbedKubernetesEndpoints(t *testing.T) {
 		return counterOf(t, cp1.reg, "skewgate_kubesvc_writes_total", "updated") +
 			counterOf(t, cp2.reg, "skewgate_kubesvc_writes_total", "updated")
 	}
-	time.Sleep(500 * time.Millisecond) // the last update's own reconcile
+	// The last update's own reconcile: wait until the counters stop moving for a second.
+	var last float64
+	lastChange := time.Now()
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		if w := writes(); w != last {
+			last, lastChange = w, time.Now()
+		}
+		return time.Since(lastChange) >= time.Second, nil
+	}); err != nil {
+		t.Fatal("the members kept writing after agreeing")
+	}
 	before := writes()
 	time.Sleep(2 * kubesvc.MinTTL / 3 * 2)
 	if after := writes(); after != before {
@@ -203,7 +214,12 @@ func TestTestbedKubernetesEndpoints(t *testing.T) {
 		t.Errorf("took the endpoints back after %v, before the 5s backoff", took)
 	}
 
-	// The last member stops: it deletes its Lease and hands the endpoints back to the apiservers.
+	// cp2 (not in the set, its front down) stops; then the last member stops: it deletes its Lease
+	// and hands the endpoints back to the apiservers. cp2 goes first: still running, in fallback it
+	// would write the apiservers itself.
+	cp2.cancel()
+	<-cp2.done
+	published("after cp2 stopped", 16443, "192.0.2.10")
 	cp1.cancel()
 	<-cp1.done
 	if _, err := admin.CoordinationV1().Leases(kubesvc.Namespace).Get(ctx, "cp1", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
@@ -292,6 +308,10 @@ func checkLeastPrivilege(t *testing.T, admin, restricted kubernetes.Interface) {
 			return err
 		}(),
 		"delete the kubernetes EndpointSlice": restricted.DiscoveryV1().EndpointSlices("default").Delete(ctx, "kubernetes", metav1.DeleteOptions{}),
+		"patch the kubernetes Endpoints": func() error {
+			_, err := restricted.CoreV1().Endpoints("default").Patch(ctx, "kubernetes", types.MergePatchType, []byte(`{}`), metav1.PatchOptions{})
+			return err
+		}(),
 		"list every Endpoints": func() error {
 			_, err := restricted.CoreV1().Endpoints("default").List(ctx, metav1.ListOptions{})
 			return err
