@@ -2,6 +2,8 @@ package incluster
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"slices"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/skewgate/skewgate/test/front"
+	"github.com/skewgate/skewgate/test/testbed"
 )
 
 // killNode kills the first node (SIGKILL to its skewgate, its data plane killed too) while the
@@ -110,6 +113,17 @@ func (c *cluster) stopAll(ctx context.Context, t *testing.T, rec *sliceRecorder,
 		t.Fatal(err)
 	}
 
+	if top := last.Skewgate().Discovery.Current(); top != nil {
+		var known []string
+		for _, u := range top.Upstreams {
+			known = append(known, fmt.Sprintf("%s=%s ready=%v", u.Name, u.Address, u.Ready))
+		}
+		for _, u := range top.Unproven {
+			known = append(known, fmt.Sprintf("%s=%s unproven", u.Name, u.Address))
+		}
+		t.Logf("node %s's Topology before its stop (the fallback is its ready upstreams' addresses): %v", last.Name, known)
+		fig["last_member_upstreams"] = known
+	}
 	t1 := time.Now()
 	if err := last.StopSkewgate(); err != nil {
 		t.Errorf("skewgate of node %s on SIGTERM: %v", last.Name, err)
@@ -117,7 +131,7 @@ func (c *cluster) stopAll(ctx context.Context, t *testing.T, rec *sliceRecorder,
 	exited = time.Now()
 	wctx, cancel = context.WithTimeout(ctx, stopBound)
 	fb, err := rec.waitFor(wctx, "the apiservers' own addresses", func(v sliceVersion) bool {
-		return !v.Deleted && len(v.Addresses) > 0 && v.Port == front.Port && !slices.ContainsFunc(v.Addresses, func(a string) bool { return !slices.Contains(c.endpoints, a) })
+		return !v.Deleted && len(v.Addresses) > 0 && v.Port == testbed.APIServerPort && !slices.ContainsFunc(v.Addresses, func(a string) bool { return !slices.Contains(c.endpoints, a) })
 	})
 	cancel()
 	if err != nil {
@@ -158,4 +172,48 @@ func endpointsIPs(ep *corev1.Endpoints) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// stopTogether starts every skewgate again (the data planes kept running), waits until the slice
+// lists every front, then stops them all by SIGTERM at the same moment, as a drain of the whole
+// control plane or a removal of the mode on every node at once does: each member then removes
+// itself while the others may still look live to it. The slice must stay non-empty, and must end on
+// the apiservers' own addresses within stopBound of the last exit.
+func (c *cluster) stopTogether(ctx context.Context, t *testing.T, rec *sliceRecorder, nodes []*frontNode) map[string]any {
+	for _, n := range nodes {
+		if err := n.StartSkewgate(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wctx, cancel := context.WithTimeout(ctx, takeoverBound)
+	_, err := rec.waitFor(wctx, "every front again", exactly(frontIPs(nodes...), front.Port))
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	var wg sync.WaitGroup
+	for _, n := range nodes {
+		wg.Go(func() {
+			if err := n.StopSkewgate(); err != nil {
+				t.Errorf("skewgate of node %s on SIGTERM: %v", n.Name, err)
+			}
+		})
+	}
+	wg.Wait()
+	exited := time.Now()
+	wctx, cancel = context.WithTimeout(ctx, stopBound)
+	defer cancel()
+	fb, err := rec.waitFor(wctx, "the apiservers' own addresses", func(v sliceVersion) bool {
+		return !v.Deleted && len(v.Addresses) > 0 && v.Port == testbed.APIServerPort && !slices.ContainsFunc(v.Addresses, func(a string) bool { return !slices.Contains(c.endpoints, a) })
+	})
+	fig := map[string]any{"bound_seconds": secs(stopBound), "exit_seconds": secs(exited.Sub(t0)), "final_addresses": fb.Addresses}
+	if err != nil {
+		t.Errorf("every skewgate stopped at once: %v", err)
+		return fig
+	}
+	fig["fallback_seconds"] = secs(fb.At.Sub(t0))
+	t.Logf("SIGTERM to every skewgate at once: all exited after %v, the slice fell back to the apiservers %v %v after the signals (bound %v)",
+		exited.Sub(t0).Round(time.Millisecond), fb.Addresses, fb.At.Sub(t0).Round(time.Millisecond), stopBound)
+	return fig
 }
