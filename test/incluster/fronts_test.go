@@ -57,13 +57,18 @@ func (c *cluster) startFrontNodes(t *testing.T, ttl time.Duration) ([]*frontNode
 	}
 	var nodes []*frontNode
 	for i, a := range c.tb.Apiservers() {
-		n, err := front.NewNode(c.tb, front.NodeOptions{Dir: t.TempDir(), Apiserver: a.Name, Host: 10 + i, Logf: t.Logf, Errorf: t.Errorf,
-			ExtraArgs: []string{"--kubernetes-endpoints", "--kubernetes-endpoints-member=" + a.Name, "--kubernetes-endpoints-ttl=" + ttl.String()}})
+		ip := c.tb.HostIP(10 + i).String()
+		// The three flags `skewgate kubeadm install --kubernetes-endpoints` renders (kubeadm.Options
+		// KubernetesEndpoints), with the front's own address: on a real node the front listens on the
+		// apiserver's advertise address, here on an address of its own beside it.
+		args := []string{"--kubernetes-endpoints", "--kubernetes-endpoint-address=" + ip, "--kubernetes-endpoints-member=" + a.Name,
+			"--kubernetes-endpoints-ttl=" + ttl.String()}
+		n, err := front.NewNode(c.tb, front.NodeOptions{Dir: t.TempDir(), Apiserver: a.Name, Host: 10 + i, Logf: t.Logf, Errorf: t.Errorf, ExtraArgs: args})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(n.Close)
-		nodes = append(nodes, &frontNode{Node: n, IP: c.tb.HostIP(10 + i).String()})
+		nodes = append(nodes, &frontNode{Node: n, IP: ip})
 	}
 	started := time.Now()
 	for _, n := range nodes {

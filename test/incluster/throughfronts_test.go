@@ -2,8 +2,12 @@ package incluster
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/skewgate/skewgate/test/artifact"
 	"github.com/skewgate/skewgate/test/front"
@@ -70,6 +74,13 @@ func TestInClusterClientsThroughFronts(t *testing.T) {
 	}
 	t.Logf("the EndpointSlice lists exactly the fronts %v %v after the skewgates started; kube-proxy programmed them %v later",
 		fronts, takeover.Round(time.Millisecond), programmed.Sub(v.At).Round(time.Millisecond))
+	ep, err := c.admin.CoreV1().Endpoints(metav1.NamespaceDefault).Get(ctx, serviceName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := endpointsIPs(ep); !slices.Equal(got, fronts) || ep.Labels[discoveryv1.LabelSkipMirror] != "true" {
+		t.Errorf("Endpoints kubernetes: %v, labels %v; want the fronts %v and %s=true", got, ep.Labels, fronts, discoveryv1.LabelSkipMirror)
+	}
 	figures["fronts"] = fronts
 	figures["takeover_seconds"] = secs(takeover)
 	figures["takeover_kube_proxy_seconds"] = secs(programmed.Sub(v.At))
