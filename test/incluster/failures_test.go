@@ -3,8 +3,8 @@ package incluster
 import (
 	"context"
 	"fmt"
-	"sync"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
