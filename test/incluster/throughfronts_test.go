@@ -40,7 +40,7 @@ const (
 // plane) heartbeats a member Lease and writes the live fronts into both objects. The real kube-proxy
 // programs the ClusterIP from them, and the same in-cluster client makes the same skewed lists, each
 // on a new connection: none may meet a wrong 404. Then the failure modes, each against its bound: a
-// node killed, a rival writer (an apiserver still on the lease reconciler), every skewgate stopped
+// node killed, a skewgate restarted under traffic, a rival writer (an apiserver still on the lease reconciler), every skewgate stopped
 // (fallback to the apiservers), one after the other and all at once. A recorder watches the EndpointSlice from start to end: no version
 // may be empty.
 func TestInClusterClientsThroughFronts(t *testing.T) {
@@ -96,6 +96,7 @@ func TestInClusterClientsThroughFronts(t *testing.T) {
 	figures["steady"].(map[string]any)["version_sample"] = versions
 
 	figures["kill"] = c.killNode(ctx, t, rec, cs, nodes)
+	figures["skewgate_restart"] = c.restartSkewgate(ctx, t, rec, cs, nodes)
 	figures["rival"] = c.rivalWriter(ctx, t, rec, nodes)
 	figures["stop"] = c.stopAll(ctx, t, rec, cs, nodes)
 	figures["stop_together"] = c.stopTogether(ctx, t, rec, nodes)

@@ -16,77 +16,6 @@ import (
 	"github.com/skewgate/skewgate/test/testbed"
 )
 
-// killNode kills the first node (SIGKILL to its skewgate, its data plane killed too) while the
-// client keeps listing: the dead front must leave the slice within the TTL and killSlack, kube-proxy
-// must drop it within kubeProxyBound after that, no list may meet a wrong 404 meanwhile (a list
-// kube-proxy sends to the dead front fails to connect: counted apart), and none may fail after.
-// Then the node starts again and rejoins.
-func (c *cluster) killNode(ctx context.Context, t *testing.T, rec *sliceRecorder, cs kubernetes.Interface, nodes []*frontNode) map[string]any {
-	dead, survivor := nodes[0], nodes[1]
-	want := frontIPs(survivor)
-	t0 := time.Now()
-	if err := dead.KillSkewgate(); err != nil {
-		t.Fatal(err)
-	}
-	how, err := dead.KillDataPlane()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("node %s killed: skewgate by SIGKILL, data plane: %s", dead.Name, how)
-	var during tally
-	var left, dropped time.Time
-	for deadline := t0.Add(memberTTL + killSlack + kubeProxyBound + 10*time.Second); dropped.IsZero() && time.Now().Before(deadline); {
-		during.list(ctx, t, cs)
-		if v, ok, _ := rec.latest(); left.IsZero() && ok && exactly(want, front.Port)(v) {
-			left = v.At
-		}
-		if !left.IsZero() {
-			if got, err := dnatTargets(front.Port); err != nil {
-				t.Fatal(err)
-			} else if slices.Equal(got, want) {
-				dropped = time.Now()
-			}
-		}
-	}
-	fig := map[string]any{"node": dead.Name, "front": dead.IP, "data_plane_kill": how, "during": during, "requests_during": during.total()}
-	if left.IsZero() || dropped.IsZero() {
-		t.Fatalf("after the kill of node %s the slice (left at %v) or kube-proxy (at %v) never dropped its front %s", dead.Name, left, dropped, dead.IP)
-	}
-	after := lists(ctx, t, cs, todayRequests)
-	fig["slice_seconds"], fig["kube_proxy_seconds"], fig["window_seconds"] = secs(left.Sub(t0)), secs(dropped.Sub(left)), secs(dropped.Sub(t0))
-	fig["bound_slice_seconds"], fig["bound_kube_proxy_seconds"] = secs(memberTTL+killSlack), secs(kubeProxyBound)
-	fig["after"] = after
-	t.Logf("kill of node %s: its front left the slice %v after the kill (bound %v), kube-proxy's rules %v later (bound %v); during the window %+v, after it %+v",
-		dead.Name, left.Sub(t0).Round(time.Millisecond), memberTTL+killSlack, dropped.Sub(left).Round(time.Millisecond), kubeProxyBound, during, after)
-	if d := left.Sub(t0); d > memberTTL+killSlack {
-		t.Errorf("the killed front left the slice %v after the kill, want within the TTL %v + %v", d, memberTTL, killSlack)
-	}
-	if d := dropped.Sub(left); d > kubeProxyBound {
-		t.Errorf("kube-proxy dropped the killed front %v after the slice did, want within %v", d, kubeProxyBound)
-	}
-	if during.Wrong404 != 0 || during.Other != 0 {
-		t.Errorf("during the kill window: %+v, want no wrong 404 and no failure but failed connections to the dead front", during)
-	}
-	if after.Served != todayRequests {
-		t.Errorf("after the slice and kube-proxy converged: %+v of %d, want every list served", after, todayRequests)
-	}
-
-	restarted := time.Now()
-	dead.start(ctx, t)
-	wctx, cancel := context.WithTimeout(ctx, takeoverBound)
-	defer cancel()
-	v, err := rec.waitFor(wctx, "both fronts again", exactly(frontIPs(nodes...), front.Port))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := waitDNAT(wctx, frontIPs(nodes...)); err != nil {
-		t.Fatal(err)
-	}
-	fig["rejoin_seconds"] = secs(v.At.Sub(restarted))
-	t.Logf("node %s started again: its front is back in the slice %v after its start", dead.Name, v.At.Sub(restarted).Round(time.Millisecond))
-	return fig
-}
-
 // stopAll stops every skewgate by SIGTERM, one node after the other, as an operator turning the
 // mode off or draining the control plane does. A stopping member removes itself before it exits, so
 // the first one's front must be gone within stopBound, and after the last one the objects must
@@ -162,18 +91,6 @@ func (c *cluster) stopAll(ctx context.Context, t *testing.T, rec *sliceRecorder,
 	return fig
 }
 
-// endpointsIPs lists the addresses of an Endpoints object, sorted.
-func endpointsIPs(ep *corev1.Endpoints) []string {
-	var out []string
-	for _, s := range ep.Subsets {
-		for _, a := range s.Addresses {
-			out = append(out, a.IP)
-		}
-	}
-	slices.Sort(out)
-	return out
-}
-
 // stopTogether starts every skewgate again (the data planes kept running), waits until the slice
 // lists every front, then stops them all by SIGTERM at the same moment, as a drain of the whole
 // control plane or a removal of the mode on every node at once does: each member then removes
@@ -216,4 +133,16 @@ func (c *cluster) stopTogether(ctx context.Context, t *testing.T, rec *sliceReco
 	t.Logf("SIGTERM to every skewgate at once: all exited after %v, the slice fell back to the apiservers %v %v after the signals (bound %v)",
 		exited.Sub(t0).Round(time.Millisecond), fb.Addresses, fb.At.Sub(t0).Round(time.Millisecond), stopBound)
 	return fig
+}
+
+// endpointsIPs lists the addresses of an Endpoints object, sorted.
+func endpointsIPs(ep *corev1.Endpoints) []string {
+	var out []string
+	for _, s := range ep.Subsets {
+		for _, a := range s.Addresses {
+			out = append(out, a.IP)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
