@@ -104,6 +104,11 @@ func startClusterWith(t *testing.T, noReconciler bool) *cluster {
 			t.Logf("---- last log lines of kube-proxy ----\n%s", kp.LogTail(30))
 		}
 	})
+	// The ClusterIP may answer before this kube-proxy synced: an earlier test of this process leaves its
+	// kube-proxy's rules in the namespace (same chains, same addresses), perhaps with other endpoints.
+	if _, err := waitDNAT(ctx, want); err != nil {
+		t.Fatal(err)
+	}
 	t.Logf("part: kube-proxy %s (iptables mode, node %s at %s) programs the ClusterIP %s:443 to those endpoints, one pick per connection",
 		testbed.NewVersion, kp.Node, netns.HostAddr, testbed.KubernetesServiceIP)
 	return &cluster{tb: tb, admin: admin, kp: kp, endpoints: got}

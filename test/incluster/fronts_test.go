@@ -162,7 +162,8 @@ func dnatTargets(port int) ([]string, error) {
 	return slices.Sorted(maps.Keys(set)), nil
 }
 
-// waitDNAT waits until kube-proxy programs exactly ips for the front port, and returns when.
+// waitDNAT waits until kube-proxy programs exactly ips on port 6443 (the apiservers' and the fronts'),
+// and returns when.
 func waitDNAT(ctx context.Context, ips []string) (time.Time, error) {
 	var got []string
 	for {
