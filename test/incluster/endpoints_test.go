@@ -158,6 +158,28 @@ func (r *sliceRecorder) waitFor(ctx context.Context, what string, ok func(sliceV
 	}
 }
 
+// waitSettled is waitFor, and then the version must stay the newest for quiet: writers still at
+// work (members leaving at once) write again within it, and then it waits on.
+func (r *sliceRecorder) waitSettled(ctx context.Context, what string, quiet time.Duration, ok func(sliceVersion) bool) (sliceVersion, error) {
+	for {
+		v, err := r.waitFor(ctx, what, ok)
+		if err != nil {
+			return v, err
+		}
+		now, _, changed := r.latest()
+		if now.ResourceVersion != v.ResourceVersion {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return v, fmt.Errorf("the kubernetes EndpointSlice never settled on %s: %w", what, ctx.Err())
+		case <-changed:
+		case <-time.After(quiet):
+			return v, nil
+		}
+	}
+}
+
 // between lists the versions seen in [from, to).
 func (r *sliceRecorder) between(from, to time.Time) []sliceVersion {
 	r.mu.Lock()
@@ -182,6 +204,36 @@ func (r *sliceRecorder) emptyVersions() (empty []sliceVersion, seen int) {
 		}
 	}
 	return empty, len(r.versions)
+}
+
+// fightWindow: a slice that goes back and forth twice between two sets of endpoints (A, B, A, B)
+// within this time is a write fight: writers that disagree and each write their own set again.
+// skewgate's members overwrite a member whose view differs at most once per 2s, and yield to a
+// rival for 5s and more, so two reversals within 4s cannot come from them. One reversal alone
+// (A, B, A) can be legitimate: two members whose views differed for a moment, or a change the test
+// made just after another; those are counted (reversals) but not refused.
+const fightWindow = 4 * time.Second
+
+// reversals lists every version that went back to the addresses of the version two before it
+// within fightWindow (A, B, A); fights lists the versions that did so twice in a row (A, B, A, B)
+// within fightWindow.
+func (r *sliceRecorder) reversals() (reversals, fights []sliceVersion) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	back := func(i int) bool {
+		a, b, c := r.versions[i-2], r.versions[i-1], r.versions[i]
+		return slices.Equal(a.Addresses, c.Addresses) && !slices.Equal(a.Addresses, b.Addresses) && c.At.Sub(a.At) < fightWindow
+	}
+	for i := 2; i < len(r.versions); i++ {
+		if !back(i) {
+			continue
+		}
+		reversals = append(reversals, r.versions[i])
+		if i >= 3 && back(i-1) && r.versions[i].At.Sub(r.versions[i-3].At) < fightWindow {
+			fights = append(fights, r.versions[i])
+		}
+	}
+	return reversals, fights
 }
 
 // exactly is a waitFor condition: the slice lists exactly ips (sorted) on port.

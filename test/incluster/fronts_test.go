@@ -70,6 +70,9 @@ func (c *cluster) startFrontNodes(t *testing.T, ttl time.Duration) ([]*frontNode
 		t.Cleanup(n.Close)
 		nodes = append(nodes, &frontNode{Node: n, IP: ip})
 	}
+	if _, err := front.SkewgateBinary(); err != nil {
+		t.Fatal(err)
+	}
 	started := time.Now()
 	for _, n := range nodes {
 		n.start(ctx, t)

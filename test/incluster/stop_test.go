@@ -95,8 +95,9 @@ func (c *cluster) stopAll(ctx context.Context, t *testing.T, rec *sliceRecorder,
 // lists every front, then stops them all by SIGTERM at the same moment, as a drain of the whole
 // control plane or a removal of the mode on every node at once does: each member then removes
 // itself while the others may still look live to it. The slice must stay non-empty, and must end on
-// the apiservers' own addresses within stopBound of the last exit.
-func (c *cluster) stopTogether(ctx context.Context, t *testing.T, rec *sliceRecorder, nodes []*frontNode) map[string]any {
+// the apiservers' own addresses within stopBound of the signals. It returns the window from the
+// signals to the fallback.
+func (c *cluster) stopTogether(ctx context.Context, t *testing.T, rec *sliceRecorder, nodes []*frontNode) (map[string]any, [2]time.Time) {
 	for _, n := range nodes {
 		if err := n.StartSkewgate(); err != nil {
 			t.Fatal(err)
@@ -121,18 +122,24 @@ func (c *cluster) stopTogether(ctx context.Context, t *testing.T, rec *sliceReco
 	exited := time.Now()
 	wctx, cancel = context.WithTimeout(ctx, stopBound)
 	defer cancel()
-	fb, err := rec.waitFor(wctx, "the apiservers' own addresses", func(v sliceVersion) bool {
+	fb, err := rec.waitSettled(wctx, "the apiservers' own addresses", 500*time.Millisecond, func(v sliceVersion) bool {
 		return !v.Deleted && len(v.Addresses) > 0 && v.Port == testbed.APIServerPort && !slices.ContainsFunc(v.Addresses, func(a string) bool { return !slices.Contains(c.endpoints, a) })
 	})
 	fig := map[string]any{"bound_seconds": secs(stopBound), "exit_seconds": secs(exited.Sub(t0)), "final_addresses": fb.Addresses}
 	if err != nil {
 		t.Errorf("every skewgate stopped at once: %v", err)
-		return fig
+		return fig, [2]time.Time{t0, time.Now()}
 	}
 	fig["fallback_seconds"] = secs(fb.At.Sub(t0))
 	t.Logf("SIGTERM to every skewgate at once: all exited after %v, the slice fell back to the apiservers %v %v after the signals (bound %v)",
 		exited.Sub(t0).Round(time.Millisecond), fb.Addresses, fb.At.Sub(t0).Round(time.Millisecond), stopBound)
-	return fig
+	// Members that leave write without the rate limit they keep between live members (kubesvc: "not
+	// while leaving"), so while they stop together their differing views may overwrite each other
+	// until the last one exited: counted here, bounded by the fallback's bound.
+	leaving := rec.between(t0, fb.At.Add(time.Nanosecond))
+	fig["slice_versions_while_leaving"] = len(leaving)
+	t.Logf("while every member left at once the slice had %d versions before the fallback", len(leaving))
+	return fig, [2]time.Time{t0, fb.At.Add(time.Nanosecond)}
 }
 
 // endpointsIPs lists the addresses of an Endpoints object, sorted.

@@ -41,8 +41,9 @@ const (
 // programs the ClusterIP from them, and the same in-cluster client makes the same skewed lists, each
 // on a new connection: none may meet a wrong 404. Then the failure modes, each against its bound: a
 // node killed, a skewgate restarted under traffic, a rival writer (an apiserver still on the lease reconciler), every skewgate stopped
-// (fallback to the apiservers), one after the other and all at once. A recorder watches the EndpointSlice from start to end: no version
-// may be empty.
+// (fallback to the apiservers), one after the other and all at once. A recorder watches the
+// EndpointSlice from start to end: no version may be empty, and it may never flap (A, B, A, B within
+// fightWindow).
 func TestInClusterClientsThroughFronts(t *testing.T) {
 	c := startClusterWith(t, true)
 	rec := c.watchSlice(t)
@@ -99,8 +100,24 @@ func TestInClusterClientsThroughFronts(t *testing.T) {
 	figures["skewgate_restart"] = c.restartSkewgate(ctx, t, rec, cs, nodes)
 	figures["rival"] = c.rivalWriter(ctx, t, rec, nodes)
 	figures["stop"] = c.stopAll(ctx, t, rec, cs, nodes)
-	figures["stop_together"] = c.stopTogether(ctx, t, rec, nodes)
+	var leaving [2]time.Time
+	figures["stop_together"], leaving = c.stopTogether(ctx, t, rec, nodes)
 
+	reversals, fights := rec.reversals()
+	figures["slice_reversals"], figures["slice_fights"] = len(reversals), len(fights)
+	if len(reversals) != 0 || len(fights) != 0 {
+		for _, v := range rec.between(time.Time{}, time.Now()) {
+			t.Logf("EndpointSlice version %s at %s: %v port %d skewgate=%v", v.ResourceVersion, v.At.Format("15:04:05.000"), v.Addresses, v.Port, v.Skewgate)
+		}
+		t.Logf("the EndpointSlice went back to the endpoints of two versions before %d times within %v (every version is logged above)", len(reversals), fightWindow)
+	}
+	// The fights of members leaving together are stopTogether's to bound; every other one is refused.
+	fights = slices.DeleteFunc(fights, func(v sliceVersion) bool { return !v.At.Before(leaving[0]) && v.At.Before(leaving[1]) })
+	figures["slice_fights_outside_leaving"] = len(fights)
+	if len(fights) != 0 {
+		t.Errorf("the kubernetes EndpointSlice flapped: %d times it went back and forth twice within %v (writers fighting), first at %s",
+			len(fights), fightWindow, fights[0].At.Format("15:04:05.000"))
+	}
 	empty, seen := rec.emptyVersions()
 	figures["slice_versions_seen"] = seen
 	figures["empty_slice_versions"] = len(empty)
