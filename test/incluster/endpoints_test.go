@@ -206,17 +206,18 @@ func (r *sliceRecorder) emptyVersions() (empty []sliceVersion, seen int) {
 	return empty, len(r.versions)
 }
 
-// fightWindow: a slice that goes back and forth twice between two sets of endpoints (A, B, A, B)
-// within this time is a write fight: writers that disagree and each write their own set again.
-// skewgate's members overwrite a member whose view differs at most once per 2s, and yield to a
-// rival for 5s and more, so two reversals within 4s cannot come from them. One reversal alone
-// (A, B, A) can be legitimate: two members whose views differed for a moment, or a change the test
-// made just after another; those are counted (reversals) but not refused.
-const fightWindow = 4 * time.Second
+// fightWindow: a slice that goes back and forth three times between two sets of endpoints (A, B, A,
+// B, A) within this time is a write fight: writers that disagree and each write their own set
+// again. skewgate's members overwrite a member whose view differs at most once per 2s (a lasting
+// disagreement shows as A, B every 2s: A, B, A, B, A within 4s and a little), and yield to a rival
+// for 5s and more. One or two reversals can be legitimate: two members whose views differ for a
+// moment (one overwrite each way), right after a change the test made; those are counted
+// (reversals) but not refused.
+const fightWindow = 5 * time.Second
 
 // reversals lists every version that went back to the addresses of the version two before it
-// within fightWindow (A, B, A); fights lists the versions that did so twice in a row (A, B, A, B)
-// within fightWindow.
+// within fightWindow (A, B, A); fights lists the versions that completed three reversals in a row
+// within fightWindow (A, B, A, B, A).
 func (r *sliceRecorder) reversals() (reversals, fights []sliceVersion) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -229,7 +230,7 @@ func (r *sliceRecorder) reversals() (reversals, fights []sliceVersion) {
 			continue
 		}
 		reversals = append(reversals, r.versions[i])
-		if i >= 3 && back(i-1) && r.versions[i].At.Sub(r.versions[i-3].At) < fightWindow {
+		if i >= 4 && back(i-1) && back(i-2) && r.versions[i].At.Sub(r.versions[i-4].At) < fightWindow {
 			fights = append(fights, r.versions[i])
 		}
 	}
