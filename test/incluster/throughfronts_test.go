@@ -39,11 +39,11 @@ const (
 // each node's skewgate (`skewgate serve --kubernetes-endpoints`, beside its apiserver and its data
 // plane) heartbeats a member Lease and writes the live fronts into both objects. The real kube-proxy
 // programs the ClusterIP from them, and the same in-cluster client makes the same skewed lists, each
-// on a new connection: none may meet a wrong 404. Then the failure modes, each against its bound: a
-// node killed, a skewgate restarted under traffic, a rival writer (an apiserver still on the lease reconciler), every skewgate stopped
-// (fallback to the apiservers), one after the other and all at once. A recorder watches the
-// EndpointSlice from start to end: no version may be empty, and it may never flap (A, B, A, B, A
-// within fightWindow).
+// on a new connection: none may meet a wrong 404. Then the failure modes, each against its bound:
+// a node killed, a skewgate restarted under traffic, a rival writer (an apiserver still on the lease
+// reconciler), every skewgate stopped (fallback to the apiservers), one after the other and all at
+// once. A recorder watches the EndpointSlice from start to end: no version may be empty, and it may
+// never flap (A, B, A, B, A within fightWindow).
 func TestInClusterClientsThroughFronts(t *testing.T) {
 	c := startClusterWith(t, true)
 	rec := c.watchSlice(t)
