@@ -10,6 +10,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
 	"github.com/skewgate/skewgate/test/front"
@@ -23,6 +24,8 @@ const (
 	rivalInterval = time.Second
 	// rivalFirstBackoff is skewgate's first wait after a rival write.
 	rivalFirstBackoff = 5 * time.Second
+	// rivalListsPerTick: the skewed lists the client makes after each pass of the rival.
+	rivalListsPerTick = 10
 )
 
 // takeBacks is how many times one member may take the objects back within w when a rival rewrites
@@ -42,11 +45,12 @@ func takeBacks(w time.Duration) int {
 // the EndpointSlice with its own labels only. skewgate must notice it (its rival counter), must not
 // fight it (at most takeBacks(rivalWindow)+1 slice writes per member in the window, where a write
 // fight would be one per rival write), and must take the objects back once the rival is gone.
-func (c *cluster) rivalWriter(ctx context.Context, t *testing.T, rec *sliceRecorder, nodes []*frontNode) map[string]any {
+func (c *cluster) rivalWriter(ctx context.Context, t *testing.T, rec *sliceRecorder, cs kubernetes.Interface, nodes []*frontNode) map[string]any {
 	updated := map[string]string{"object": "endpointslice", "result": "updated"}
 	rivals0 := nodesMetric(t, nodes, "skewgate_kubesvc_rival_writes_total", nil)
 	writes0 := nodesMetric(t, nodes, "skewgate_kubesvc_writes_total", updated)
 	var rivalWrites, conflicts int
+	var during tally
 	start := time.Now()
 	tick := time.NewTicker(rivalInterval)
 	for time.Since(start) < rivalWindow {
@@ -58,6 +62,11 @@ func (c *cluster) rivalWriter(ctx context.Context, t *testing.T, rec *sliceRecor
 			t.Fatalf("rival write: %v", err)
 		case wrote:
 			rivalWrites++
+		}
+		// The client keeps listing: while skewgate yields, kube-proxy sends it to the apiservers, and
+		// it meets today's wrong 404s; it must meet nothing worse.
+		for range rivalListsPerTick {
+			during.list(ctx, t, cs)
 		}
 		<-tick.C
 	}
@@ -82,11 +91,15 @@ func (c *cluster) rivalWriter(ctx context.Context, t *testing.T, rec *sliceRecor
 	bound := len(nodes) * (takeBacks(rivalWindow) + 1)
 	fig := map[string]any{"window_seconds": secs(rivalWindow), "rival_interval_seconds": secs(rivalInterval),
 		"rival_writes": rivalWrites, "rival_conflicts": conflicts, "skewgate_rival_writes_counted": rivals,
-		"skewgate_slice_writes": writes, "bound_skewgate_slice_writes": bound, "slice_versions": len(versions),
+		"skewgate_slice_writes": writes, "lists_during": during, "bound_skewgate_slice_writes": bound, "slice_versions": len(versions),
 		"slice_versions_on_fronts": onFronts, "take_back_seconds": secs(back.At.Sub(end)),
 		"bound_take_back_seconds": secs(rivalFirstBackoff<<takeBacks(rivalWindow) + killSlack)}
 	t.Logf("rival writer for %v (every %v): it wrote %d times (%d conflicts); skewgate counted %v rival writes, wrote the slice %v times (bound %d), %d slice versions of which %d on the fronts; skewgate took the objects back %v after the rival stopped",
 		rivalWindow, rivalInterval, rivalWrites, conflicts, rivals, writes, bound, len(versions), onFronts, back.At.Sub(end).Round(time.Millisecond))
+	t.Logf("skewed lists during the rival window: %+v", during)
+	if during.ConnErrors != 0 || during.Other != 0 {
+		t.Errorf("skewed lists during the rival window: %+v, want each answered (a wrong 404 while the apiservers are listed is today's)", during)
+	}
 	if rivalWrites == 0 {
 		t.Fatal("the rival never wrote: the objects already held the apiservers' addresses")
 	}

@@ -98,7 +98,7 @@ func TestInClusterClientsThroughFronts(t *testing.T) {
 
 	figures["kill"] = c.killNode(ctx, t, rec, cs, nodes)
 	figures["skewgate_restart"] = c.restartSkewgate(ctx, t, rec, cs, nodes)
-	figures["rival"] = c.rivalWriter(ctx, t, rec, nodes)
+	figures["rival"] = c.rivalWriter(ctx, t, rec, cs, nodes)
 	figures["stop"] = c.stopAll(ctx, t, rec, cs, nodes)
 	var leaving [2]time.Time
 	figures["stop_together"], leaving = c.stopTogether(ctx, t, rec, nodes)
