@@ -11,6 +11,9 @@ APISERVER_VERSIONS ?= v1.35.4 v1.36.3
 ETCD_VERSION       ?= v3.6.8
 # kube-proxy for the in-cluster tests (test/incluster): the same Kubernetes module as the newest apiserver.
 KUBE_PROXY_VERSION ?= v1.36.3
+# kube-controller-manager for the control-plane tests (test/controllers): the oldest apiserver's module,
+# as on a node not upgraded yet.
+KCM_VERSION        ?= v1.35.4
 # Binaries are cached here, keyed by version (gitignored).
 TESTBED_DIR        ?= .testbed
 GO                 ?= go
@@ -36,10 +39,10 @@ image:
 vet:
 	$(GO) vet ./...
 
-# The Debian packages the testbed needs (iptables and conntrack for kube-proxy), then the binaries.
+# The Debian packages the testbed needs (iptables for kube-proxy), then the binaries.
 testbed-bins:
 	hack/testbed-packages.sh
-	KUBE_PROXY_VERSION=$(KUBE_PROXY_VERSION) hack/testbed-bins.sh $(TESTBED_DIR) $(ETCD_VERSION) $(APISERVER_VERSIONS)
+	KUBE_PROXY_VERSION=$(KUBE_PROXY_VERSION) KCM_VERSION=$(KCM_VERSION) hack/testbed-bins.sh $(TESTBED_DIR) $(ETCD_VERSION) $(APISERVER_VERSIONS)
 
 # Every step timed (hack/maketest.sh); SKEWGATE_MAKETEST_RESULT=$PWD/bench/results/maketest.json
 # records the run there (wall time per step, cores, commit, cold or warm caches, verdict): README's

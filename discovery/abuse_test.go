@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
@@ -268,4 +269,34 @@ skewgate_discovery_ignored_leases{reason="not_allowed"} 0
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "skewgate_discovery_ignored_leases"); err != nil {
 		t.Error(err)
 	}
+}
+
+// TestEndpointSliceTrustSkipsSkewgatesOwnSlice: the kubernetes slice skewgate writes itself
+// (`serve --kubernetes-endpoints`, marked managed-by SkewgateManagedBy) vouches for nothing, or a
+// member Lease writer could get any address trusted by having it published.
+func TestEndpointSliceTrustSkipsSkewgatesOwnSlice(t *testing.T) {
+	pki, _ := testPKI(t)
+	now := time.Now()
+	own := kubernetesSlice("127.0.0.2:1")
+	own.Labels[discoveryv1.LabelManagedBy] = SkewgateManagedBy
+	client := fake.NewClientset(
+		lease("apiserver-a", "a", "127.0.0.1:1", now),
+		lease("apiserver-b", "b", "127.0.0.2:1", now),
+		own,
+	)
+	c, err := New(Config{Client: client, Upstream: restFor(t, pki), TrustEndpointSlice: true, Registry: prometheus.NewRegistry(),
+		Static: []StaticUpstream{{Name: "a", Address: "127.0.0.1:1"}}, InitialTimeout: time.Second, RequestTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runController(t, c)
+	poll(t, 20*time.Second, "b's address refused", func() bool {
+		return testutil.ToFloat64(c.metrics.rejectedLeases.WithLabelValues(RejectNotAllowed)) == 1
+	})
+	// The same slice without the mark (the apiservers' own) vouches for b.
+	delete(own.Labels, discoveryv1.LabelManagedBy)
+	if _, err := client.DiscoveryV1().EndpointSlices("default").Update(context.Background(), own, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, c, "b as an upstream once the apiservers wrote the slice", func(tp *Topology) bool { _, ok := tp.Upstream("b"); return ok })
 }

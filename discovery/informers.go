@@ -165,6 +165,12 @@ func (c *Controller) endpoints() []netip.AddrPort {
 		if s.Namespace != "default" || s.Name != "kubernetes" {
 			continue
 		}
+		// Nor the addresses skewgate itself wrote there (`serve --kubernetes-endpoints`): they are
+		// fronts, or addresses this very discovery already accepted, and a member Lease writer must
+		// not make discovery trust an address by getting it published.
+		if s.Labels[discoveryv1.LabelManagedBy] == SkewgateManagedBy {
+			continue
+		}
 		for _, p := range s.Ports {
 			if p.Port == nil {
 				continue

@@ -25,6 +25,10 @@ type AddressPolicy struct {
 	CIDRs []netip.Prefix
 }
 
+// SkewgateManagedBy is the endpointslice.kubernetes.io/managed-by value on the kubernetes
+// EndpointSlice that skewgate writes (package kubesvc); TrustEndpointSlice never trusts such a slice.
+const SkewgateManagedBy = "kubesvc.skewgate.io"
+
 // Rejection reasons, a bounded set (metric label values).
 const (
 	RejectMalformed  = "malformed"

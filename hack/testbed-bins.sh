@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Builds the binaries the testbed runs, from Go modules, into a folder keyed by version.
 #
-#   [KUBE_PROXY_VERSION=v1.MINOR.PATCH] hack/testbed-bins.sh OUT_DIR ETCD_VERSION APISERVER_VERSION...
+#   [KUBE_PROXY_VERSION=v1.MINOR.PATCH] [KCM_VERSION=v1.MINOR.PATCH] hack/testbed-bins.sh OUT_DIR ETCD_VERSION APISERVER_VERSION...
 #
-# For every kube-apiserver version (and kube-proxy at $KUBE_PROXY_VERSION, when set) it writes a tiny
+# For every kube-apiserver version (and kube-proxy at $KUBE_PROXY_VERSION, kube-controller-manager at
+# $KCM_VERSION, when set) it writes a tiny
 # module whose main is the upstream entry point (k8s.io/kubernetes/cmd/<component>/app), with one
 # replace line per staging module, taken from k8s.io/kubernetes' own go.mod at that version (it points
 # them at ./staging/src/...; we point them at the published k8s.io/<name> v0.<minor>.<patch> modules).
@@ -99,3 +100,7 @@ for v in "$@"; do build_k8s kube-apiserver "$v" NewAPIServerCommand; done
 # kube-proxy (cmd/kube-proxy/app.NewProxyCommand) programs the `kubernetes` Service in the in-cluster
 # tests (test/incluster); it is built from the same k8s.io/kubernetes module as the newest apiserver.
 if [[ -n ${KUBE_PROXY_VERSION:-} ]]; then build_k8s kube-proxy "$KUBE_PROXY_VERSION" NewProxyCommand; fi
+# kube-controller-manager (cmd/kube-controller-manager/app.NewControllerManagerCommand) runs the
+# namespace controller in test/controllers; it is built from the same k8s.io/kubernetes module as the
+# oldest apiserver, the one a not-yet-upgraded node runs beside it.
+if [[ -n ${KCM_VERSION:-} ]]; then build_k8s kube-controller-manager "$KCM_VERSION" NewControllerManagerCommand; fi

@@ -40,9 +40,20 @@ type Options struct {
 	HTTPListen string
 	// AllowedCIDRs are passed to skewgate serve --allowed-cidr.
 	AllowedCIDRs []string
+	// KubeconfigDir holds kubeadm's kubeconfigs of the control-plane components [/etc/kubernetes].
+	KubeconfigDir string
+	// ComponentsViaFront points the controller-manager's and the scheduler's kubeconfigs at the node's
+	// front (FrontURL) and restarts their static pods; without it, kubeconfigs that name the front are
+	// pointed back at the local apiserver (renderComponents).
+	ComponentsViaFront bool
 	// ForwardCertificateUID renders skewgate serve --forward-certificate-uid: every apiserver reads
 	// X-Remote-Uid (--requestheader-uid-headers), which kubeadm does not set by itself.
 	ForwardCertificateUID bool
+	// KubernetesEndpoints renders skewgate serve --kubernetes-endpoints (the node's front, at the
+	// local apiserver's advertise address and --front-port, in the kubernetes Service) and the RBAC
+	// it needs. Rendering without it again takes the node out: the old skewgate removes itself as it
+	// stops (docs/kubernetes-service.md).
+	KubernetesEndpoints bool
 	// SkewgateImage is skewgate's container image, required: the command's own release
 	// (SkewgateImage(version)) unless told otherwise. EnvoyImage defaults to DefaultEnvoyImage.
 	SkewgateImage, EnvoyImage string
@@ -52,13 +63,14 @@ type Options struct {
 
 // Defaults for Options.
 const (
-	DefaultPKIDir       = "/etc/kubernetes/pki"
-	DefaultManifestsDir = "/etc/kubernetes/manifests"
-	DefaultConfigDir    = "/etc/skewgate"
-	DefaultSocketDir    = "/var/lib/skewgate"
-	DefaultFrontPort    = 16443
-	DefaultHTTPListen   = "127.0.0.1:18080"
-	DefaultEnvoyImage   = "envoyproxy/envoy:v1.40.0"
+	DefaultPKIDir        = "/etc/kubernetes/pki"
+	DefaultManifestsDir  = "/etc/kubernetes/manifests"
+	DefaultConfigDir     = "/etc/skewgate"
+	DefaultKubeconfigDir = "/etc/kubernetes"
+	DefaultSocketDir     = "/var/lib/skewgate"
+	DefaultFrontPort     = 16443
+	DefaultHTTPListen    = "127.0.0.1:18080"
+	DefaultEnvoyImage    = "envoyproxy/envoy:v1.40.0"
 	// SkewgateRepository is where `make image` pushes, tagged with the release.
 	SkewgateRepository = "ghcr.io/skewgate/skewgate"
 )
@@ -77,6 +89,7 @@ func (o Options) WithDefaults() Options {
 	def(&o.PKIDir, DefaultPKIDir)
 	def(&o.ManifestsDir, DefaultManifestsDir)
 	def(&o.ConfigDir, DefaultConfigDir)
+	def(&o.KubeconfigDir, DefaultKubeconfigDir)
 	def(&o.SocketDir, DefaultSocketDir)
 	def(&o.HTTPListen, DefaultHTTPListen)
 	def(&o.EnvoyImage, DefaultEnvoyImage)
@@ -109,7 +122,7 @@ func (o Options) Validate() error {
 	if _, port, err := net.SplitHostPort(o.HTTPListen); err == nil && port == strconv.Itoa(o.FrontPort) {
 		errs = append(errs, fmt.Errorf("--front-port %d is also --http-listen's port", o.FrontPort))
 	}
-	for flag, dir := range map[string]string{"--pki-dir": o.PKIDir, "--manifests-dir": o.ManifestsDir, "--config-dir": o.ConfigDir, "--socket-dir": o.SocketDir} {
+	for flag, dir := range map[string]string{"--pki-dir": o.PKIDir, "--manifests-dir": o.ManifestsDir, "--config-dir": o.ConfigDir, "--socket-dir": o.SocketDir, "--kubeconfig-dir": o.KubeconfigDir} {
 		if !filepath.IsAbs(dir) || filepath.Clean(dir) != dir {
 			errs = append(errs, fmt.Errorf("%s %q: want a clean absolute path (the pods mount it at the same path)", flag, dir))
 		}
@@ -124,6 +137,12 @@ func (o Options) Validate() error {
 	}
 	if host, _, err := net.SplitHostPort(o.HTTPListen); err != nil || net.ParseIP(host) == nil || !net.ParseIP(host).IsLoopback() {
 		errs = append(errs, fmt.Errorf("--http-listen %q: want a loopback ip:port (metrics and the Topology stay on the node)", o.HTTPListen))
+	}
+	if o.KubernetesEndpoints && len(o.AllowedCIDRs) == 0 {
+		// Once skewgate writes the kubernetes EndpointSlice, discovery no longer trusts it
+		// (--trust-endpointslice skips skewgate's own slice), and the only static upstream is the
+		// local apiserver: without a CIDR the other apiservers, and so the other fronts, are refused.
+		errs = append(errs, errors.New("--kubernetes-endpoints needs --allowed-cidr covering the control-plane nodes: the kubernetes EndpointSlice then lists fronts and no longer vouches for the other apiservers' addresses"))
 	}
 	for flag, img := range map[string]string{"--skewgate-image": o.SkewgateImage, "--envoy-image": o.EnvoyImage} {
 		if img == "" {

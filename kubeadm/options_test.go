@@ -216,3 +216,34 @@ func TestForwardCertificateUIDRendered(t *testing.T) {
 		}
 	}
 }
+
+// TestKubernetesEndpointsRendered: the option renders the mode's serve flags, which serve accepts,
+// with the node's advertise address, and the mode's RBAC; a loopback advertise address is refused
+// (the apiserver refuses loopback endpoints).
+func TestKubernetesEndpointsRendered(t *testing.T) {
+	o := Options{NodeName: "cp-1", APIServerEndpoint: "10.0.0.11:6443", SkewgateImage: SkewgateImage("v0.9.0"), KubernetesEndpoints: true}.WithDefaults()
+	if err := o.Validate(); err == nil || !strings.Contains(err.Error(), "--allowed-cidr") {
+		t.Errorf("the mode without --allowed-cidr: %v", err)
+	}
+	o.AllowedCIDRs = []string{"10.0.0.0/24"}
+	if err := o.Validate(); err != nil {
+		t.Errorf("the mode with --allowed-cidr: %v", err)
+	}
+	args := o.ServeArgs()
+	for _, want := range []string{"--kubernetes-endpoints", "--kubernetes-endpoint-address=10.0.0.11", "--kubernetes-endpoints-member=cp-1"} {
+		if !slices.Contains(args, want) {
+			t.Errorf("serve args %v lack %s", args, want)
+		}
+	}
+	if err := checkServeArgs(args); err != nil {
+		t.Errorf("serve refuses its args: %v", err)
+	}
+	o.APIServerEndpoint = "127.0.0.1:6443"
+	if err := checkServeArgs(o.ServeArgs()); err == nil || !strings.Contains(err.Error(), "--kubernetes-endpoint-address=127.0.0.1") {
+		t.Errorf("a loopback advertise address: %v", err)
+	}
+	o.KubernetesEndpoints = false
+	if slices.ContainsFunc(o.ServeArgs(), func(a string) bool { return strings.HasPrefix(a, "--kubernetes-endpoint") }) {
+		t.Errorf("without the option: %v", o.ServeArgs())
+	}
+}

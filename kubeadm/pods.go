@@ -60,6 +60,11 @@ func (o Options) ServeArgs() []string {
 	if o.ForwardCertificateUID {
 		args = append(args, "--forward-certificate-uid")
 	}
+	if o.KubernetesEndpoints {
+		// Pods reach the front at the node's advertise address, the one the apiserver published.
+		host, _, _ := net.SplitHostPort(o.APIServerEndpoint)
+		args = append(args, "--kubernetes-endpoints", "--kubernetes-endpoint-address="+host, "--kubernetes-endpoints-member="+o.NodeName)
+	}
 	return append(args,
 		"--xds-listen="+p.xdsSocket,
 		"--extproc-listen="+p.extprocSocket,

@@ -72,7 +72,17 @@ func Render(o Options) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newPlan(o, p, c, b, m), nil
+	comps, err := renderComponents(o)
+	if err != nil {
+		return nil, err
+	}
+	plan := newPlan(o, p, c, b, m)
+	// After the front's pods: each kubeconfig before its component's pod, whose change restarts it.
+	if len(comps) > 0 {
+		plan.Dirs = append(plan.Dirs, Dir{Path: o.KubeconfigDir, Mode: 0o755, Foreign: true})
+	}
+	plan.Files = append(plan.Files, comps...)
+	return plan, nil
 }
 
 // credentials are the node's PKI files and skewgate's client certificate (kept, or newly issued).
@@ -140,7 +150,7 @@ type manifests struct {
 }
 
 func renderManifests(o Options, c *credentials) (*manifests, error) {
-	rbac, err := RBACYAML()
+	rbac, err := RBACYAMLFor(o.KubernetesEndpoints)
 	if err != nil {
 		return nil, err
 	}
@@ -190,8 +200,13 @@ func newPlan(o Options, p paths, c *credentials, b *bootstrap, m *manifests) *Pl
 	return plan
 }
 
-// RBACYAML is the RBAC of RBAC() as the command writes it to ConfigDir/RBACFile.
-func RBACYAML() ([]byte, error) { return objectsYAML(RBAC()...) }
+// RBACYAML is the RBAC of RBAC(false) as the command writes it to ConfigDir/RBACFile.
+func RBACYAML() ([]byte, error) { return RBACYAMLFor(false) }
+
+// RBACYAMLFor is RBAC(kubernetesEndpoints) as YAML (`skewgate kubeadm rbac [--kubernetes-endpoints]`).
+func RBACYAMLFor(kubernetesEndpoints bool) ([]byte, error) {
+	return objectsYAML(RBAC(kubernetesEndpoints)...)
+}
 
 // checkServeArgs parses args with serve's own flags and validation, so the pod never runs with a
 // flag serve does not know or refuses.

@@ -255,3 +255,23 @@ func TestClientCertificateReissue(t *testing.T) {
 		})
 	}
 }
+
+// TestKubernetesEndpointsRBACGolden: `skewgate kubeadm rbac --kubernetes-endpoints` adds the writes
+// of the kubernetes Service mode and nothing else; without it the RBAC is the install's.
+func TestKubernetesEndpointsRBACGolden(t *testing.T) {
+	y, err := RBACYAMLFor(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, &node{root: "/no-node-root"}, "rbac-kubernetes-endpoints.yaml", y)
+	plain, err := RBACYAML()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.HasPrefix(y, plain) {
+		t.Error("the mode's RBAC does not start with discovery's")
+	}
+	if bytes.Contains(plain, []byte("endpoints\n")) || bytes.Contains(plain, []byte("update")) {
+		t.Error("the RBAC without the mode grants the mode's writes")
+	}
+}

@@ -149,6 +149,7 @@ func (n *node) options() Options {
 		NodeName: "cp-1", APIServerEndpoint: "10.0.0.11:6443",
 		PKIDir: filepath.Join(n.root, "pki"), ManifestsDir: filepath.Join(n.root, "manifests"),
 		ConfigDir: filepath.Join(n.root, "skewgate"), SocketDir: filepath.Join(n.root, "sockets"),
+		KubeconfigDir: filepath.Join(n.root, "etc"),
 		SkewgateImage: SkewgateImage("v0.9.0"), Now: func() time.Time { return testNow },
 	}
 }

@@ -27,7 +27,7 @@ var descRE = regexp.MustCompile(`^Desc\{fqName: "([^"]+)", .*variableLabels: \{(
 
 // registered is every skewgate_ metric of the registry Start builds, with every option that
 // registers more on (a kubeconfig: the client certificate expiry; gRPC certificates: the reload
-// counters): names and labels from the collectors' descriptions (a vector with no series yet is
+// counters; the kubernetes endpoints mode, whose metrics are registered either way): names and labels from the collectors' descriptions (a vector with no series yet is
 // described too), types from a scrape where it has series.
 func registered(t *testing.T) map[string]metric {
 	t.Helper()
@@ -46,6 +46,7 @@ func registered(t *testing.T) map[string]metric {
 	t.Cleanup(cancel)
 	srv, _, _ := startServer(t, ctx, func(o *options.Options) {
 		o.GRPCCertFile, o.GRPCKeyFile, o.GRPCClientCAFile = certFile, keyFile, certFile
+		o.KubernetesEndpoints, o.KubernetesEndpointAddress = true, "192.0.2.1"
 	})
 	out := map[string]metric{}
 	ch := make(chan *prometheus.Desc)

@@ -25,6 +25,7 @@ import (
 	"github.com/skewgate/skewgate/extproc"
 	"github.com/skewgate/skewgate/internal/certs"
 	"github.com/skewgate/skewgate/internal/grpcutil"
+	"github.com/skewgate/skewgate/kubesvc"
 	"github.com/skewgate/skewgate/serve/options"
 	"github.com/skewgate/skewgate/xds"
 )
@@ -126,6 +127,10 @@ func Start(ctx context.Context, o *options.Options, lis Listeners, log *zap.Logg
 	if err != nil {
 		return nil, nil, err
 	}
+	ksvc, err := kubernetesEndpoints(o, dcfg, ctrl, log, kubesvc.NewMetrics(reg))
+	if err != nil {
+		return nil, nil, err
+	}
 	xs, err := xds.New(g.ctx, xds.Config{Options: o.Envoy, Source: ctrl, Grace: o.Grace, Logger: log, Registry: reg})
 	if err != nil {
 		return nil, nil, err
@@ -140,6 +145,10 @@ func Start(ctx context.Context, o *options.Options, lis Listeners, log *zap.Logg
 	srv := &Server{Discovery: ctrl, XDS: xs, Registry: reg, components: g,
 		XDSAddr: lis.XDS.Addr().String(), ExtProcAddr: lis.ExtProc.Addr().String(), HTTPAddr: lis.HTTP.Addr().String()}
 	srv.runComponents(g, gs, lis, o.Pprof)
+	if ksvc != nil {
+		// On shutdown it removes this node's front from the Service before it returns (kubesvc.Shutdown).
+		g.run("kubernetes endpoints", ksvc.Run)
+	}
 	done := make(chan error, 1)
 	go func() {
 		err := g.wait()

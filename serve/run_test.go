@@ -214,3 +214,22 @@ func TestGRPCCertificateReload(t *testing.T) {
 		}
 	}
 }
+
+// TestKubernetesEndpointsComponent: with --kubernetes-endpoints the writer runs as a component and
+// stops with the others (its removal bounded by its shutdown timeout, here against an apiserver that
+// is not there); without it, no component of that name runs.
+func TestKubernetesEndpointsComponent(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	_, done, _ := startServer(t, ctx, func(o *options.Options) {
+		o.KubernetesEndpoints, o.KubernetesEndpointAddress = true, "192.0.2.1"
+	})
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("stopped with %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the server did not stop within 30s")
+	}
+}

@@ -21,12 +21,13 @@ func newKubeadmCommand(w io.Writer) *cobra.Command {
 }
 
 func newKubeadmRBACCommand(w io.Writer) *cobra.Command {
-	return &cobra.Command{
+	var kubernetesEndpoints bool
+	cmd := &cobra.Command{
 		Use:   "rbac",
 		Short: "Print the RBAC of user skewgate (what install writes to <config-dir>/rbac.yaml), for kubectl apply -f -",
 		Args:  cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			y, err := kubeadm.RBACYAML()
+			y, err := kubeadm.RBACYAMLFor(kubernetesEndpoints)
 			if err != nil {
 				return err
 			}
@@ -34,6 +35,8 @@ func newKubeadmRBACCommand(w io.Writer) *cobra.Command {
 			return err
 		},
 	}
+	cmd.Flags().BoolVar(&kubernetesEndpoints, "kubernetes-endpoints", false, "also what `serve --kubernetes-endpoints` needs: update the default/kubernetes Endpoints and EndpointSlice (by name), namespace skewgate and its member Leases (docs/kubernetes-service.md)")
+	return cmd
 }
 
 func newKubeadmInstallCommand(w io.Writer) *cobra.Command {
@@ -53,7 +56,11 @@ func newKubeadmInstallCommand(w io.Writer) *cobra.Command {
 skewgate reads Leases and discovery from the local apiserver (--apiserver-endpoint, by default the
 advertise address in <manifests-dir>/kube-apiserver.yaml), which is also its static upstream. Envoy
 serves the front on --front-port with the node's apiserver certificate. Each pod sees only its own
-directory. Running it again with the same inputs changes nothing; a client certificate that is still
+directory.
+
+With --components-via-front it also points <kubeconfig-dir>/controller-manager.conf and
+scheduler.conf at this node's front and restarts their static pods (an annotation on their
+manifests); running it again without the flag points them back at the local apiserver. Running it again with the same inputs changes nothing; a client certificate that is still
 good is kept. After kubeadm renews the node's certificates, run it again: Envoy reloads the copies.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -98,11 +105,14 @@ good is kept. After kubeadm renews the node's certificates, run it again: Envoy 
 	fs.StringVar(&o.PKIDir, "pki-dir", kubeadm.DefaultPKIDir, "kubeadm's certificate directory")
 	fs.StringVar(&o.ManifestsDir, "manifests-dir", kubeadm.DefaultManifestsDir, "the kubelet's static pod directory")
 	fs.StringVar(&o.ConfigDir, "config-dir", kubeadm.DefaultConfigDir, "directory for skewgate's kubeconfig, certificate, Envoy's bootstrap and the RBAC")
+	fs.StringVar(&o.KubeconfigDir, "kubeconfig-dir", kubeadm.DefaultKubeconfigDir, "kubeadm's directory of controller-manager.conf and scheduler.conf")
+	fs.BoolVar(&o.ComponentsViaFront, "components-via-front", false, "point controller-manager.conf and scheduler.conf at this node's front (https://<advertise address>:<front port>), keeping their credentials, and restart those static pods; run install without it first, and with it once the front serves. Without it, kubeconfigs that name the front are pointed back at the local apiserver")
 	fs.StringVar(&o.SocketDir, "socket-dir", kubeadm.DefaultSocketDir, "root-only directory of the xDS and ext_proc unix sockets")
 	fs.IntVar(&o.FrontPort, "front-port", kubeadm.DefaultFrontPort, "port Envoy serves the front on (not the apiserver's)")
 	fs.StringVar(&o.HTTPListen, "http-listen", kubeadm.DefaultHTTPListen, "skewgate's loopback address for /healthz, /readyz, /metrics")
 	fs.StringArrayVar(&o.AllowedCIDRs, "allowed-cidr", nil, "passed to skewgate serve --allowed-cidr (repeatable)")
 	fs.BoolVar(&o.ForwardCertificateUID, "forward-certificate-uid", false, "passed to skewgate serve: only when every apiserver runs --requestheader-uid-headers=X-Remote-Uid (kubeadm does not set it; add it in ClusterConfiguration apiServer.extraArgs first)")
+	fs.BoolVar(&o.KubernetesEndpoints, "kubernetes-endpoints", false, "passed to skewgate serve (with this node's advertise address): the front joins the default/kubernetes Service's endpoints; the RBAC gains what it needs. Needs the apiservers on --endpoint-reconciler-type=none (docs/kubernetes-service.md); install again without it to take the node out")
 	defaultImage := kubeadm.SkewgateImage(version)
 	if version == "dev" {
 		defaultImage = "" // a development build does not know its release: the flag is required

@@ -155,3 +155,27 @@ func TestKubeadmRBACCommand(t *testing.T) {
 		t.Errorf("rbac printed (%v):\n%s\nwant:\n%s", err, out, written)
 	}
 }
+
+// With --kubernetes-endpoints, install writes the RBAC `rbac --kubernetes-endpoints` prints, and
+// renders the mode's serve flags.
+func TestKubeadmKubernetesEndpoints(t *testing.T) {
+	root, flags := kubeadmNode(t)
+	if _, err := runKubeadm(t, append(flags, "--kubernetes-endpoints", "--allowed-cidr=10.0.0.0/24")...); err != nil {
+		t.Fatal(err)
+	}
+	written, err := os.ReadFile(filepath.Join(root, "skewgate", "rbac.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := runKubeadm(t, "rbac", "--kubernetes-endpoints")
+	if err != nil || out != string(written) || !strings.Contains(out, "skewgate:kubernetes-endpoints") {
+		t.Errorf("rbac --kubernetes-endpoints printed (%v):\n%s\nwant:\n%s", err, out, written)
+	}
+	pod, err := os.ReadFile(filepath.Join(root, "manifests", "skewgate.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(pod), "--kubernetes-endpoints\n") || !strings.Contains(string(pod), "--kubernetes-endpoint-address=") {
+		t.Errorf("the skewgate pod does not run the mode:\n%s", pod)
+	}
+}

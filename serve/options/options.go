@@ -24,6 +24,15 @@ type Options struct {
 	PollInterval       time.Duration
 	MaxUpstreams       int
 
+	// The default/kubernetes Service's endpoints (package kubesvc): off unless asked for.
+	KubernetesEndpoints bool
+	// KubernetesEndpointAddress is this node's front IP as clients reach it (default: --front-address
+	// when that is one IPv4 address); the port is --front-port.
+	KubernetesEndpointAddress string
+	KubernetesEndpointsTTL    time.Duration
+	// KubernetesEndpointsMember names this node's member Lease (default: the lowercase host name).
+	KubernetesEndpointsMember string
+
 	// Listeners of this process: host:port or unix:///path.
 	XDSListen, ExtProcListen, HTTPListen string
 	// GRPCCertFile, GRPCKeyFile and GRPCClientCAFile secure both gRPC listeners with mTLS; required
@@ -44,9 +53,14 @@ type Options struct {
 	// from NewOptions, and a zero is refused, not replaced.
 	fromFlags bool
 	// Parsed by Validate.
-	static []StaticUpstream
-	cidrs  []netip.Prefix
+	static       []StaticUpstream
+	cidrs        []netip.Prefix
+	kubeEndpoint netip.AddrPort
 }
+
+// KubernetesEndpoint is this node's endpoint of the kubernetes Service (set by Validate with
+// --kubernetes-endpoints).
+func (o *Options) KubernetesEndpoint() netip.AddrPort { return o.kubeEndpoint }
 
 // Static is the parsed --static-upstream list (set by Validate).
 func (o *Options) Static() []StaticUpstream { return o.static }
@@ -70,18 +84,20 @@ const (
 // NewOptions returns the defaults.
 func NewOptions() *Options {
 	return &Options{
-		TrustEndpointSlice: true,
-		StaleAfter:         30 * time.Second,
-		ProbeInterval:      2 * time.Second,
-		PollInterval:       30 * time.Second,
-		MaxUpstreams:       DefaultMaxUpstreams,
-		XDSListen:          DefaultXDSListen,
-		ExtProcListen:      DefaultExtProcListen,
-		HTTPListen:         "127.0.0.1:18080",
-		Grace:              time.Minute,
-		LogFormat:          "json",
-		LogLevel:           "info",
-		Envoy:              Envoy{}.WithDefaults(),
+		TrustEndpointSlice:        true,
+		StaleAfter:                30 * time.Second,
+		ProbeInterval:             2 * time.Second,
+		PollInterval:              30 * time.Second,
+		MaxUpstreams:              DefaultMaxUpstreams,
+		KubernetesEndpointsTTL:    15 * time.Second,
+		KubernetesEndpointsMember: hostname(),
+		XDSListen:                 DefaultXDSListen,
+		ExtProcListen:             DefaultExtProcListen,
+		HTTPListen:                "127.0.0.1:18080",
+		Grace:                     time.Minute,
+		LogFormat:                 "json",
+		LogLevel:                  "info",
+		Envoy:                     Envoy{}.WithDefaults(),
 	}
 }
 
@@ -97,6 +113,11 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.ProbeInterval, "probe-interval", o.ProbeInterval, "how often each apiserver's /readyz is probed; 100ms to 1m")
 	fs.IntVar(&o.MaxUpstreams, "max-upstreams", o.MaxUpstreams, "most upstream apiservers (static ones included), 1 to 1000; identity Leases past it are refused, logged and counted in skewgate_discovery_ignored_leases")
 	fs.DurationVar(&o.PollInterval, "poll-interval", o.PollInterval, "how often each apiserver's discovery is refetched (CRD and APIService changes refetch at once); 1s to 1h")
+
+	fs.BoolVar(&o.KubernetesEndpoints, "kubernetes-endpoints", o.KubernetesEndpoints, "own the default/kubernetes Endpoints and EndpointSlice: publish the live fronts (else the ready apiservers) so in-cluster clients reach the fronts; needs the apiservers on --endpoint-reconciler-type=none and the RBAC of `skewgate kubeadm rbac --kubernetes-endpoints` (docs/kubernetes-service.md)")
+	fs.StringVar(&o.KubernetesEndpointAddress, "kubernetes-endpoint-address", o.KubernetesEndpointAddress, "this node's front IPv4 address as clients reach it, published with --front-port (default: --front-address when it is one address; required when it is 0.0.0.0)")
+	fs.DurationVar(&o.KubernetesEndpointsTTL, "kubernetes-endpoints-ttl", o.KubernetesEndpointsTTL, "this member's Lease duration, renewed every third of it while discovery has a ready apiserver and the front answers; 5s to 5m")
+	fs.StringVar(&o.KubernetesEndpointsMember, "kubernetes-endpoints-member", o.KubernetesEndpointsMember, "name of this node's member Lease in namespace skewgate (default: the lowercase host name)")
 
 	fs.StringVar(&o.XDSListen, "xds-listen", o.XDSListen, "xDS (ADS) gRPC listen address, unix:///path (its directory is created 0700 if missing) or host:port with mTLS")
 	fs.StringVar(&o.ExtProcListen, "extproc-listen", o.ExtProcListen, "ext_proc gRPC listen address, unix:///path (its directory is created 0700 if missing) or host:port with mTLS")

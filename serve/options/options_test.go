@@ -37,38 +37,42 @@ func parse(t *testing.T, extra ...string) (*Options, error) {
 // badValues holds, for every flag of `skewgate serve`, values it must refuse: each error must name
 // the flag and the value (want, when set, is what the error names instead of flag=value).
 var badValues = map[string][]struct{ value, want string }{
-	"kubeconfig":              {{"", "--kubeconfig is required"}},
-	"static-upstream":         {{"cp-1:6443", ""}, {"cp-1=", ""}},
-	"allowed-cidr":            {{"10.0.0.0/33", ""}, {"ten", ""}},
-	"lease-stale-after":       {{"0s", ""}, {"-30s", ""}, {"10s", ""}, {"2h", ""}},
-	"probe-interval":          {{"0s", ""}, {"-1s", ""}, {"50ms", ""}, {"2m", ""}},
-	"poll-interval":           {{"0s", ""}, {"500ms", ""}, {"2h", ""}},
-	"max-upstreams":           {{"0", ""}, {"-1", ""}, {"1001", ""}},
-	"xds-listen":              {{"0.0.0.0:18000", ""}, {"unix://run/x.sock", ""}, {"18000", ""}, {"", "--xds-listen is required"}, {"127.0.0.1:18000", "--grpc-plaintext-loopback"}},
-	"extproc-listen":          {{"10.0.0.5:18001", ""}, {"127.0.0.1:99999", ""}, {"[::1]:18001", "--grpc-plaintext-loopback"}},
-	"grpc-peer-uid":           {{"4294967295", ""}, {"-1", ""}},
-	"http-listen":             {{"unix:///run/skewgate/http.sock", ""}, {"18080", ""}, {"127.0.0.1:", ""}},
-	"grpc-cert-file":          {{"/x/tls.crt", ""}},
-	"grpc-key-file":           {{"/x/tls.key", ""}},
-	"grpc-client-ca-file":     {{"/x/ca.crt", ""}},
-	"cluster-grace":           {{"-1s", ""}, {"25h", ""}},
-	"front-address":           {{"example.com", ""}, {"", "--front-address=: not an IP"}},
-	"front-port":              {{"0", ""}, {"70000", ""}, {"-1", ""}},
-	"front-cert-file":         {{"front.crt", ""}, {"", "--front-cert-file is required"}},
-	"front-key-file":          {{"/keys/front.key", ""}, {"", "--front-key-file is required"}},
-	"front-client-ca-file":    {{"pki/ca.crt", ""}},
-	"envoy-upstream-ca-file":  {{"ca.crt", ""}, {"", "--envoy-upstream-ca-file is required"}},
-	"front-proxy-cert-file":   {{"fp.crt", ""}, {"", "--front-proxy-cert-file is required"}},
-	"front-proxy-key-file":    {{"/keys/fp.key", ""}},
-	"envoy-extproc-address":   {{"10.0.0.5:18001", ""}, {"unix://x.sock", ""}, {"localhost:18001", "--grpc-plaintext-loopback"}},
-	"envoy-extproc-ca-file":   {{"/e/ca.crt", ""}},
-	"envoy-extproc-cert-file": {{"/e/tls.crt", ""}},
-	"envoy-extproc-key-file":  {{"/e/tls.key", ""}},
-	"envoy-extproc-sni":       {{"not a name", ""}, {"-bad-.example", ""}},
-	"extproc-timeout":         {{"0s", ""}, {"-1ms", ""}, {"11s", ""}, {"1h", ""}},
-	"health-check-interval":   {{"0s", ""}, {"-1s", ""}, {"50ms", ""}, {"2m", ""}},
-	"log-format":              {{"xml", ""}},
-	"log-level":               {{"verbose", ""}, {"", ""}},
+	"kubeconfig":                  {{"", "--kubeconfig is required"}},
+	"static-upstream":             {{"cp-1:6443", ""}, {"cp-1=", ""}},
+	"allowed-cidr":                {{"10.0.0.0/33", ""}, {"ten", ""}},
+	"lease-stale-after":           {{"0s", ""}, {"-30s", ""}, {"10s", ""}, {"2h", ""}},
+	"probe-interval":              {{"0s", ""}, {"-1s", ""}, {"50ms", ""}, {"2m", ""}},
+	"poll-interval":               {{"0s", ""}, {"500ms", ""}, {"2h", ""}},
+	"max-upstreams":               {{"0", ""}, {"-1", ""}, {"1001", ""}},
+	"xds-listen":                  {{"0.0.0.0:18000", ""}, {"unix://run/x.sock", ""}, {"18000", ""}, {"", "--xds-listen is required"}, {"127.0.0.1:18000", "--grpc-plaintext-loopback"}},
+	"extproc-listen":              {{"10.0.0.5:18001", ""}, {"127.0.0.1:99999", ""}, {"[::1]:18001", "--grpc-plaintext-loopback"}},
+	"grpc-peer-uid":               {{"4294967295", ""}, {"-1", ""}},
+	"http-listen":                 {{"unix:///run/skewgate/http.sock", ""}, {"18080", ""}, {"127.0.0.1:", ""}},
+	"grpc-cert-file":              {{"/x/tls.crt", ""}},
+	"grpc-key-file":               {{"/x/tls.key", ""}},
+	"grpc-client-ca-file":         {{"/x/ca.crt", ""}},
+	"cluster-grace":               {{"-1s", ""}, {"25h", ""}},
+	"front-address":               {{"example.com", ""}, {"", "--front-address=: not an IP"}},
+	"front-port":                  {{"0", ""}, {"70000", ""}, {"-1", ""}},
+	"front-cert-file":             {{"front.crt", ""}, {"", "--front-cert-file is required"}},
+	"front-key-file":              {{"/keys/front.key", ""}, {"", "--front-key-file is required"}},
+	"front-client-ca-file":        {{"pki/ca.crt", ""}},
+	"envoy-upstream-ca-file":      {{"ca.crt", ""}, {"", "--envoy-upstream-ca-file is required"}},
+	"front-proxy-cert-file":       {{"fp.crt", ""}, {"", "--front-proxy-cert-file is required"}},
+	"front-proxy-key-file":        {{"/keys/fp.key", ""}},
+	"envoy-extproc-address":       {{"10.0.0.5:18001", ""}, {"unix://x.sock", ""}, {"localhost:18001", "--grpc-plaintext-loopback"}},
+	"envoy-extproc-ca-file":       {{"/e/ca.crt", ""}},
+	"envoy-extproc-cert-file":     {{"/e/tls.crt", ""}},
+	"envoy-extproc-key-file":      {{"/e/tls.key", ""}},
+	"envoy-extproc-sni":           {{"not a name", ""}, {"-bad-.example", ""}},
+	"extproc-timeout":             {{"0s", ""}, {"-1ms", ""}, {"11s", ""}, {"1h", ""}},
+	"health-check-interval":       {{"0s", ""}, {"-1s", ""}, {"50ms", ""}, {"2m", ""}},
+	"log-format":                  {{"xml", ""}},
+	"kubernetes-endpoints":        {{"true", "--kubernetes-endpoint-address"}},
+	"kubernetes-endpoint-address": {{"127.0.0.1", ""}, {"169.254.0.1", ""}, {"0.0.0.0", ""}, {"2001:db8::1", ""}, {"cp1", ""}},
+	"kubernetes-endpoints-ttl":    {{"0s", ""}, {"4s", ""}, {"6m", ""}},
+	"kubernetes-endpoints-member": {{"CP_1", ""}, {"-x", ""}},
+	"log-level":                   {{"verbose", ""}, {"", ""}},
 }
 
 // goodOnly are flags with no invalid value (a boolean that is safe either way).
@@ -112,12 +116,13 @@ func TestOptionsValidateRelations(t *testing.T) {
 		args []string
 		want []string
 	}{
-		"stale not above probe": {[]string{"--lease-stale-after=30s", "--probe-interval=30s"}, []string{"--lease-stale-after=30s", "--probe-interval=30s"}},
-		"static past the cap":   {[]string{"--static-upstream=cp-2=10.0.0.2:6443", "--max-upstreams=1"}, []string{"--max-upstreams=1", "--static-upstream"}},
-		"one listener twice":    {[]string{"--xds-listen=unix:///run/s.sock", "--extproc-listen=unix:///run/s.sock"}, []string{"--xds-listen=unix:///run/s.sock", "--extproc-listen=unix:///run/s.sock"}},
-		"key apart from cert":   {[]string{"--front-proxy-key-file=/keys/fp.key"}, []string{"--front-proxy-key-file=/keys/fp.key", "--front-proxy-cert-file=/pki/fp.crt", "same directory"}},
-		"half of gRPC mTLS":     {[]string{"--grpc-cert-file=/x/tls.crt", "--grpc-key-file=/x/tls.key"}, []string{"--grpc-cert-file=/x/tls.crt", "--grpc-client-ca-file"}},
-		"pprof off loopback":    {[]string{"--pprof", "--http-listen=0.0.0.0:18080"}, []string{"--pprof", "--http-listen", "0.0.0.0:18080", "loopback"}},
+		"stale not above probe":     {[]string{"--lease-stale-after=30s", "--probe-interval=30s"}, []string{"--lease-stale-after=30s", "--probe-interval=30s"}},
+		"static past the cap":       {[]string{"--static-upstream=cp-2=10.0.0.2:6443", "--max-upstreams=1"}, []string{"--max-upstreams=1", "--static-upstream"}},
+		"one listener twice":        {[]string{"--xds-listen=unix:///run/s.sock", "--extproc-listen=unix:///run/s.sock"}, []string{"--xds-listen=unix:///run/s.sock", "--extproc-listen=unix:///run/s.sock"}},
+		"key apart from cert":       {[]string{"--front-proxy-key-file=/keys/fp.key"}, []string{"--front-proxy-key-file=/keys/fp.key", "--front-proxy-cert-file=/pki/fp.crt", "same directory"}},
+		"half of gRPC mTLS":         {[]string{"--grpc-cert-file=/x/tls.crt", "--grpc-key-file=/x/tls.key"}, []string{"--grpc-cert-file=/x/tls.crt", "--grpc-client-ca-file"}},
+		"pprof off loopback":        {[]string{"--pprof", "--http-listen=0.0.0.0:18080"}, []string{"--pprof", "--http-listen", "0.0.0.0:18080", "loopback"}},
+		"endpoints, front loopback": {[]string{"--kubernetes-endpoints", "--front-address=127.0.0.1"}, []string{"--front-address=127.0.0.1", "loopback"}},
 	} {
 		_, err := parse(t, c.args...)
 		for _, w := range c.want {
@@ -135,6 +140,8 @@ func TestOptionsValidateRelations(t *testing.T) {
 		{"--cluster-grace=0s", "--extproc-timeout=1ms", "--health-check-interval=100ms", "--front-port=65535", "--log-level=debug", "--log-format=console"},
 		{"--grpc-plaintext-loopback", "--xds-listen=127.0.0.1:18000", "--extproc-listen=[::1]:18001"},
 		{"--grpc-peer-uid=101", "--grpc-peer-uid=0", "--grpc-peer-uid=4294967294"},
+		{"--kubernetes-endpoints", "--front-address=10.0.0.5"},
+		{"--kubernetes-endpoints", "--kubernetes-endpoint-address=10.0.0.5", "--kubernetes-endpoints-ttl=5s", "--kubernetes-endpoints-member=cp-1.example"},
 	} {
 		if _, err := parse(t, args...); err != nil {
 			t.Errorf("%v refused: %v", args, err)
@@ -175,5 +182,26 @@ func TestLibraryDefaults(t *testing.T) {
 	}
 	if lib.Envoy.ExtProcTimeout != o.Envoy.ExtProcTimeout || lib.Envoy.HealthCheckInterval != o.Envoy.HealthCheckInterval {
 		t.Errorf("library defaults %v, %v; flag defaults %v, %v", lib.Envoy.ExtProcTimeout, lib.Envoy.HealthCheckInterval, o.Envoy.ExtProcTimeout, o.Envoy.HealthCheckInterval)
+	}
+}
+
+// TestKubernetesEndpointDefault: the endpoint is --front-address when that is one address, with
+// --front-port; an explicit address wins.
+func TestKubernetesEndpointDefault(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--kubernetes-endpoints", "--front-address=10.0.0.5", "--front-port=16443"}, "10.0.0.5:16443"},
+		{[]string{"--kubernetes-endpoints", "--kubernetes-endpoint-address=10.0.0.6", "--front-port=16443"}, "10.0.0.6:16443"},
+		{[]string{"--front-address=10.0.0.5"}, "invalid AddrPort"},
+	} {
+		o, err := parse(t, c.args...)
+		if err != nil {
+			t.Fatalf("%v: %v", c.args, err)
+		}
+		if got := o.KubernetesEndpoint().String(); got != c.want {
+			t.Errorf("%v: endpoint %s, want %s", c.args, got, c.want)
+		}
 	}
 }

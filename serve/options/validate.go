@@ -81,6 +81,8 @@ func (o *Options) Validate() []error {
 		errs = append(errs, errors.New("--kubeconfig is required outside a cluster: skewgate reads identity Leases and each apiserver's discovery with it"))
 	}
 
+	errs = append(errs, o.validateKubernetesEndpoints()...)
+
 	// This process.
 	grpcFlags := [3]string{"--grpc-cert-file", "--grpc-key-file", "--grpc-client-ca-file"}
 	mtls, trioErrs := trio(grpcFlags, [3]string{o.GRPCCertFile, o.GRPCKeyFile, o.GRPCClientCAFile})
@@ -206,4 +208,46 @@ func trio(flags, values [3]string) (bool, []error) {
 	}
 	return false, []error{fmt.Errorf("%s given without %s: mTLS needs all of %s, or none",
 		strings.Join(given, ", "), strings.Join(missing, " and "), strings.Join(flags[:], ", "))}
+}
+
+// hostname is the default member name: the lowercase host name (a Lease name is a DNS subdomain).
+func hostname() string {
+	h, _ := os.Hostname()
+	return strings.ToLower(h)
+}
+
+// Bounds of --kubernetes-endpoints-ttl: the apiserver's own reconciler uses 15s; below 5s a renewal
+// every 1.7s per member; past 5m a dead front stays published that long.
+const minKubeTTL, maxKubeTTL = 5 * time.Second, 5 * time.Minute
+
+// validateKubernetesEndpoints checks the kubernetes Service flags and sets kubeEndpoint.
+func (o *Options) validateKubernetesEndpoints() []error {
+	var errs []error
+	if o.KubernetesEndpointsTTL < minKubeTTL || o.KubernetesEndpointsTTL > maxKubeTTL {
+		errs = append(errs, fmt.Errorf("--kubernetes-endpoints-ttl=%v: must be from %v to %v", o.KubernetesEndpointsTTL, minKubeTTL, maxKubeTTL))
+	}
+	if m := o.KubernetesEndpointsMember; m != "" && len(validation.IsDNS1123Subdomain(m)) > 0 {
+		errs = append(errs, fmt.Errorf("--kubernetes-endpoints-member=%s: not a Lease name (a lowercase DNS subdomain)", m))
+	} else if m == "" && o.KubernetesEndpoints {
+		errs = append(errs, errors.New("--kubernetes-endpoints needs --kubernetes-endpoints-member (the host name is empty)"))
+	}
+	addr, flag := o.KubernetesEndpointAddress, "--kubernetes-endpoint-address"
+	if addr == "" {
+		if !o.KubernetesEndpoints {
+			return errs
+		}
+		addr, flag = o.Envoy.ListenAddress, "--front-address"
+	}
+	ip, err := netip.ParseAddr(addr)
+	switch {
+	case err != nil || !ip.Is4():
+		errs = append(errs, fmt.Errorf("%s=%s: not an IPv4 address (the kubernetes EndpointSlice is IPv4)", flag, addr))
+	case ip.IsUnspecified() && flag == "--front-address":
+		errs = append(errs, fmt.Errorf("--kubernetes-endpoints needs --kubernetes-endpoint-address: --front-address=%s is no address a client can reach", addr))
+	case ip.IsUnspecified() || ip.IsLoopback() || ip.IsLinkLocalUnicast() || ip.IsMulticast():
+		errs = append(errs, fmt.Errorf("%s=%s: the apiserver refuses unspecified, loopback, link-local and multicast endpoints", flag, addr))
+	default:
+		o.kubeEndpoint = netip.AddrPortFrom(ip, uint16(o.Envoy.ListenPort))
+	}
+	return errs
 }

@@ -133,6 +133,14 @@ var figures = []figure{
 	{e2e("TestIdentityEqualsTheApiserversOwn"), "refused with 503 and `Retry-After` %s of %s times",
 		[]arg{n(at("figures.an empty O.front.refused 503")), n(total("figures.an empty O.front"))}},
 
+	{e2e("TestInClusterClientsToday"), "lists `mutatingadmissionpolicies` %s times through the real kube-proxy", []arg{n(at("figures.requests"))}},
+	{e2e("TestInClusterClientsToday"), "**%s of %s (%s)** answered a wrong 404, the rest were served; %s other failures",
+		[]arg{n(at("figures.wrong_404")), n(same(at("figures.requests"), sum(at("figures.wrong_404"), at("figures.served"), at("figures.other_failures")))), pct(at("figures.wrong_404_share")), n(at("figures.other_failures"))}},
+	{e2e("TestControllerManagerThroughTheFront"), "deletes a namespace holding %s of them | against the local apiserver **%s of %s workloads stay in etcd** in the finalized namespace, and %s of %s dependents of the deleted workload are still there after %s s; through the front **%s and %s**, failing open %s and %s; %s dependent of a live owner deleted in any run",
+		[]arg{n(at("figures.objects_per_namespace")), n(at("figures.local_left")), n(at("figures.objects_per_namespace")), n(at("figures.local_gc.uncollected")), n(at("figures.gc_dependents_per_owner")),
+			fx(0, scaled(at("figures.gc_collect_bound_ms"), 1e-3)), n(at("figures.front_left")), n(at("figures.front_gc.uncollected")), n(at("figures.failopen_left")), n(at("figures.failopen_gc.uncollected")),
+			word("no", sum(at("figures.local_gc.wrong_deletions"), at("figures.front_gc.wrong_deletions"), at("figures.failopen_gc.wrong_deletions")))}},
+
 	// make bench: the table.
 	latRow("GET", 200, true),
 	{bench, "the stand-in front costs %s-%sx the\ndirect median at 50-200/s and %sx (LIST) and %sx (GET) at 500/s",
