@@ -39,6 +39,9 @@ type NodeOptions struct {
 	// XDSProtocol is the ADS variant of the data plane (the test data plane's Protocol, for Envoy the
 	// bootstrap's api_type) [$SKEWGATE_DATAPLANE_XDS, else delta].
 	XDSProtocol dataplane.Protocol
+	// ExtraArgs are further `skewgate serve` flags, after the node's own (a mode an install turns on,
+	// such as --kubernetes-endpoints).
+	ExtraArgs []string
 	// Logger is not used: skewgate runs as a process of its own, its log lines go to Logf.
 	Logger *zap.Logger
 	// Logf receives skewgate's log lines, and what the node does.
@@ -172,10 +175,11 @@ func (n *Node) layout() (kubeadm.Options, error) {
 // own address rather than every address (the nodes share one host), and the shorter probe and
 // health check interval of the tests.
 func (n *Node) args() []string {
-	return append(n.install.ServeArgs()[1:],
+	args := append(n.install.ServeArgs()[1:],
 		"--front-address="+n.tb.HostIP(n.o.Host).String(),
 		"--probe-interval="+n.o.ProbeInterval.String(),
 		"--health-check-interval="+n.o.ProbeInterval.String())
+	return append(args, n.o.ExtraArgs...)
 }
 
 // StartSkewgate starts skewgate as a process of its own (the built `skewgate serve`, see
@@ -307,6 +311,31 @@ func (n *Node) StopDataPlane() {
 	if r.envoy != nil {
 		r.envoy.stop()
 	}
+}
+
+// KillDataPlane ends the data plane with no drain of any kind: a real Envoy by SIGKILL; the test data
+// plane, which runs inside the test process, by closing its listeners and every open connection at
+// once, which is what its clients see of a killed process. It reports which of the two it did.
+func (n *Node) KillDataPlane() (string, error) {
+	n.mu.Lock()
+	r := n.dp
+	n.dp = nil
+	n.mu.Unlock()
+	if r == nil {
+		return "", fmt.Errorf("front: data plane of node %s is not running", n.Name)
+	}
+	if r.envoy != nil {
+		r.envoy.kill()
+		r.cancel()
+		<-r.ready
+		return "Envoy killed by SIGKILL", nil
+	}
+	r.cancel()
+	<-r.ready
+	if r.dp != nil {
+		r.dp.Close()
+	}
+	return dataplane.Name + " closed (its listener and every connection cut at once)", nil
 }
 
 // Kubeconfig writes (once) and returns a kubeconfig for the node's front with the given credential.

@@ -68,6 +68,13 @@ func (r *envoyRun) stop() {
 	r.log.Close()
 }
 
+// kill ends Envoy by SIGKILL: no drain, every connection cut.
+func (r *envoyRun) kill() {
+	r.cmd.Process.Kill()
+	<-r.done
+	r.log.Close()
+}
+
 // startEnvoyProcess writes the bootstrap bo renders to dir/envoy.yaml and starts bin on it with
 // args, its output appended to dir/envoy.log (a restarted Envoy keeps the earlier lines).
 func startEnvoyProcess(bin, dir string, bo envoyconf.BootstrapOptions, args ...string) (*exec.Cmd, *os.File, error) {

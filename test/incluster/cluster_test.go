@@ -44,13 +44,27 @@ type cluster struct {
 // startCluster starts the default skewed pair in Network mode inside the test's namespace, waits
 // until the `kubernetes` EndpointSlice lists both apiservers, then starts kube-proxy and waits until
 // the ClusterIP answers.
-func startCluster(t *testing.T) *cluster {
+func startCluster(t *testing.T) *cluster { return startClusterWith(t, false) }
+
+// startClusterWith is startCluster; with noReconciler every apiserver runs
+// --endpoint-reconciler-type=none, as the kubernetes-endpoints mode needs, and the admin writes the
+// `kubernetes` Endpoints and EndpointSlice as the apiservers' lease reconciler left them in a cluster
+// that ran it before the change (adminEndpoints).
+func startClusterWith(t *testing.T, noReconciler bool) *cluster {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("end-to-end test: needs root, the testbed binaries and kube-proxy (make testbed-bins)")
 	}
 	netns.Require(t)
-	tb := testbed.StartT(t, testbed.Config{Network: netns.Subnet})
+	specs := testbed.DefaultApiservers()
+	reconciler := "lease endpoint reconciler on"
+	if noReconciler {
+		for i := range specs {
+			specs[i].ExtraFlags = append(specs[i].ExtraFlags, "--endpoint-reconciler-type=none")
+		}
+		reconciler = "--endpoint-reconciler-type=none"
+	}
+	tb := testbed.StartT(t, testbed.Config{Network: netns.Subnet, Apiservers: specs})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	neu := tb.MustApiserver("new")
@@ -58,9 +72,16 @@ func startCluster(t *testing.T) *cluster {
 	var want []string
 	for _, a := range tb.Apiservers() {
 		want = append(want, a.IP.String())
-		t.Logf("part: apiserver %q %s at %s, lease endpoint reconciler on (advertises %s)", a.Name, a.Version, a.URL(), a.IP)
+		t.Logf("part: apiserver %q %s at %s, %s (advertises %s)", a.Name, a.Version, a.URL(), reconciler, a.IP)
 	}
 	slices.Sort(want)
+	writer := "the apiservers' own reconciler"
+	if noReconciler {
+		if err := adminEndpoints(ctx, admin, want); err != nil {
+			t.Fatal(err)
+		}
+		writer = "the admin, as the lease reconciler left them"
+	}
 	var got []string
 	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		list, err := admin.DiscoveryV1().EndpointSlices(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=kubernetes"})
@@ -73,7 +94,7 @@ func startCluster(t *testing.T) *cluster {
 	if err != nil {
 		t.Fatalf("the kubernetes EndpointSlice never listed every apiserver: got %v, want %v: %v", got, want, err)
 	}
-	t.Logf("part: EndpointSlice default/kubernetes (written by the apiservers' own reconciler) lists %v port %d", got, testbed.APIServerPort)
+	t.Logf("part: EndpointSlice default/kubernetes (written by %s) lists %v port %d", writer, got, testbed.APIServerPort)
 	kp, err := tb.StartKubeProxy(ctx, testbed.KubeProxyOptions{NodeIP: netns.HostAddr})
 	if err != nil {
 		t.Fatal(err)
@@ -83,6 +104,11 @@ func startCluster(t *testing.T) *cluster {
 			t.Logf("---- last log lines of kube-proxy ----\n%s", kp.LogTail(30))
 		}
 	})
+	// The ClusterIP may answer before this kube-proxy synced: an earlier test of this process leaves its
+	// kube-proxy's rules in the namespace (same chains, same addresses), perhaps with other endpoints.
+	if _, err := waitDNAT(ctx, want); err != nil {
+		t.Fatal(err)
+	}
 	t.Logf("part: kube-proxy %s (iptables mode, node %s at %s) programs the ClusterIP %s:443 to those endpoints, one pick per connection",
 		testbed.NewVersion, kp.Node, netns.HostAddr, testbed.KubernetesServiceIP)
 	return &cluster{tb: tb, admin: admin, kp: kp, endpoints: got}
