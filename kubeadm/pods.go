@@ -64,6 +64,12 @@ func (o Options) ServeArgs() []string {
 		// Pods reach the front at the node's advertise address, the one the apiserver published.
 		host, _, _ := net.SplitHostPort(o.APIServerEndpoint)
 		args = append(args, "--kubernetes-endpoints", "--kubernetes-endpoint-address="+host, "--kubernetes-endpoints-member="+o.NodeName)
+		// Another node's front is on its apiserver's address, which discovery knows only from an
+		// address annotation on its identity Lease (apiservers before 1.36 write none): the
+		// control-plane range admits it as that apiserver's member then.
+		for _, c := range o.AllowedCIDRs {
+			args = append(args, "--kubernetes-endpoints-cidr="+c)
+		}
 	}
 	return append(args,
 		"--xds-listen="+p.xdsSocket,

@@ -73,8 +73,8 @@ func fallbackSet(t *discovery.Topology) ([]string, int32) {
 	return ips, int32(best)
 }
 
-// apiserverAddrs are the apiservers discovery knows, proven or not, by name (the identity Lease's
-// hostname or the static upstream's name): a member Lease must carry one of these names, and its
+// apiserverAddrs are the apiservers discovery knows, proven or not or only by an identity Lease it
+// ignored, by name (the identity Lease's hostname or the static upstream's name): a member Lease must carry one of these names, and its
 // address must be that apiserver's (or in a --kubernetes-endpoints-cidr). An apiserver whose address
 // is a DNS name maps to the zero address: only a --kubernetes-endpoints-cidr can admit its front.
 // Names are lowercased, as the member name (a Lease name) is.
@@ -96,6 +96,15 @@ func apiserverAddrs(t *discovery.Topology) map[string]netip.Addr {
 				a = netip.Addr{}
 			}
 			out[name] = a
+		}
+	}
+	// An apiserver whose identity Lease names no address discovery accepts (apiservers before 1.36
+	// write none) is known by name only: only a --kubernetes-endpoints-cidr can admit its front.
+	for _, l := range t.Ignored {
+		if name := strings.ToLower(l.Hostname); name != "" {
+			if _, ok := out[name]; !ok {
+				out[name] = netip.Addr{}
+			}
 		}
 	}
 	return out

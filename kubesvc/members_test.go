@@ -240,8 +240,11 @@ func TestApiserverNames(t *testing.T) {
 	got := apiserverAddrs(&discovery.Topology{
 		Upstreams: []discovery.Upstream{ready("CP1", "192.0.2.1:6443"), ready("cp2", "192.0.2.2:6443"), ready("CP2", "192.0.2.3:6443")},
 		Unproven:  []discovery.Upstream{notReady("cp3", "cp3.example:6443")},
+		// A v1.35 apiserver's identity Lease names no address: known by name only; an ignored Lease
+		// never takes the address of an upstream of the same name.
+		Ignored: []discovery.IgnoredLease{{Lease: "kube-apiserver-x", Hostname: "CP4", Reason: "no address"}, {Lease: "kube-apiserver-y", Hostname: "cp1"}, {Lease: "kube-apiserver-z"}},
 	})
-	want := map[string]netip.Addr{"cp1": netip.MustParseAddr("192.0.2.1"), "cp2": {}, "cp3": {}}
+	want := map[string]netip.Addr{"cp1": netip.MustParseAddr("192.0.2.1"), "cp2": {}, "cp3": {}, "cp4": {}}
 	if !maps.Equal(got, want) {
 		t.Errorf("apiserver addresses %v, want %v", got, want)
 	}

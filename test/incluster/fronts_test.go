@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net/netip"
 	"os"
 	"os/exec"
 	"slices"
@@ -56,13 +57,20 @@ func (c *cluster) startFrontNodes(t *testing.T, ttl time.Duration) ([]*frontNode
 		t.Fatal(err)
 	}
 	var nodes []*frontNode
+	// Every member checks every other one: each front's address is admitted by every skewgate.
+	var frontCIDRs []string
+	for i := range c.tb.Apiservers() {
+		frontCIDRs = append(frontCIDRs, "--kubernetes-endpoints-cidr="+netip.PrefixFrom(netip.MustParseAddr(c.tb.HostIP(10+i).String()), 32).String())
+	}
 	for i, a := range c.tb.Apiservers() {
 		ip := c.tb.HostIP(10 + i).String()
-		// The three flags `skewgate kubeadm install --kubernetes-endpoints` renders (kubeadm.Options
+		// The flags `skewgate kubeadm install --kubernetes-endpoints` renders (kubeadm.Options
 		// KubernetesEndpoints), with the front's own address: on a real node the front listens on the
-		// apiserver's advertise address, here on an address of its own beside it.
-		args := []string{"--kubernetes-endpoints", "--kubernetes-endpoint-address=" + ip, "--kubernetes-endpoints-member=" + a.Name,
-			"--kubernetes-endpoints-ttl=" + ttl.String()}
+		// apiserver's advertise address, here on an address of its own beside it, which
+		// --kubernetes-endpoints-cidr admits as that apiserver's member (the node's --allowed-cidr,
+		// which the mode requires, is the apiservers' /24 already).
+		args := append([]string{"--kubernetes-endpoints", "--kubernetes-endpoint-address=" + ip, "--kubernetes-endpoints-member=" + a.Name,
+			"--kubernetes-endpoints-ttl=" + ttl.String()}, frontCIDRs...)
 		n, err := front.NewNode(c.tb, front.NodeOptions{Dir: t.TempDir(), Apiserver: a.Name, Host: 10 + i, Logf: t.Logf, Errorf: t.Errorf, ExtraArgs: args})
 		if err != nil {
 			t.Fatal(err)
