@@ -45,6 +45,10 @@ type Controller struct {
 	store store
 	// stopping: this member is leaving; reconcile leaves it out of the set.
 	stopping atomic.Bool
+	// own is the member Lease this member last wrote (renew): reconcile reads it in place of the
+	// cache's older copy, so a member that just renewed (or, restarted, created) its Lease never
+	// computes a set without itself because its own informer has not seen that write yet.
+	own atomic.Pointer[coordinationv1.Lease]
 	// synced: the store is complete; before that a shutdown only deletes the Lease (an empty cache
 	// would read as "no member", and the set must not be computed from it).
 	synced atomic.Bool

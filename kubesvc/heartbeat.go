@@ -114,10 +114,35 @@ func (c *Controller) renew(ctx context.Context) error {
 	l.Spec.HolderIdentity = ptr.To(c.cfg.Member)
 	l.Spec.LeaseDurationSeconds = ptr.To(int32(c.cfg.TTL / time.Second))
 	l.Spec.RenewTime = &now
+	var wrote *coordinationv1.Lease
 	if create {
-		_, err = leases.Create(ctx, l, metav1.CreateOptions{FieldManager: fieldManager})
+		wrote, err = leases.Create(ctx, l, metav1.CreateOptions{FieldManager: fieldManager})
 	} else {
-		_, err = leases.Update(ctx, l, metav1.UpdateOptions{FieldManager: fieldManager})
+		wrote, err = leases.Update(ctx, l, metav1.UpdateOptions{FieldManager: fieldManager})
+	}
+	if err == nil && !c.stopping.Load() {
+		if s, _ := slimLease(wrote); s != nil {
+			c.own.Store(s.(*coordinationv1.Lease))
+		}
 	}
 	return err
+}
+
+// withOwn is leases with this member's Lease as it last wrote it, where the cache holds none or an
+// older renewal of it.
+func withOwn(leases []*coordinationv1.Lease, own *coordinationv1.Lease) []*coordinationv1.Lease {
+	if own == nil {
+		return leases
+	}
+	out := make([]*coordinationv1.Lease, 0, len(leases)+1)
+	for _, l := range leases {
+		if l.Name != own.Name {
+			out = append(out, l)
+			continue
+		}
+		if l.Spec.RenewTime != nil && own.Spec.RenewTime != nil && l.Spec.RenewTime.After(own.Spec.RenewTime.Time) {
+			own = l // the cache has caught up (or another writer renewed it later)
+		}
+	}
+	return append(out, own)
 }

@@ -40,6 +40,9 @@ func (c *Controller) reconcileFrom(ctx context.Context, st store) (time.Duration
 		return 0, outcome{}, nil
 	}
 	leases := st.leases()
+	if !c.stopping.Load() {
+		leases = withOwn(leases, c.own.Load())
+	}
 	c.obs.observe(leases)
 	pol := memberPolicy{port: c.cfg.Endpoint.Port(), apiservers: apiserverAddrs(t), cidrs: c.cfg.EndpointCIDRs, ttl: c.cfg.TTL}
 	members, bad := pol.validate(leases)

@@ -27,6 +27,7 @@ func (c *Controller) Shutdown() {
 	if c.stopping.Swap(true) {
 		return
 	}
+	c.own.Store(nil)
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.ShutdownTimeout)
 	defer cancel()
 	err := c.cfg.Client.CoordinationV1().Leases(Namespace).Delete(ctx, c.cfg.Member, metav1.DeleteOptions{})

@@ -108,3 +108,25 @@ func TestSimultaneousShutdowns(t *testing.T) {
 		t.Fatalf("after both shutdowns %v %d, want the apiservers", ips, port)
 	}
 }
+
+// TestOwnLeaseBeforeTheCacheHasIt: a member that has just created (restarted) or renewed its Lease
+// publishes itself even while its informer cache has not seen that write: it would otherwise write
+// the set without itself over a peer that already has it in (a reversal each way, seen end to end).
+func TestOwnLeaseBeforeTheCacheHasIt(t *testing.T) {
+	h := newHarness(t, "cp1", "192.0.2.1:16443", twoApiservers(), asLeftByApiservers(6443, "192.0.2.1", "192.0.2.2")...)
+	h.memberLease("cp2", "192.0.2.2:16443", h.clock.Now())
+	h.c.store = laggingStore{clientStore{h.client}, clientStore{h.client}.leases()} // cp2 only
+	if err := h.c.renew(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	h.reconcile()
+	if ips, _ := h.published(); len(ips) != 2 || ips[0] != "192.0.2.1" || ips[1] != "192.0.2.2" {
+		t.Errorf("after creating its Lease, with a cache without it: published %v, want both fronts", ips)
+	}
+	// Stopping, it leaves itself out although it still remembers its last write.
+	h.c.stopping.Store(true)
+	h.reconcile()
+	if ips, _ := h.published(); len(ips) != 1 || ips[0] != "192.0.2.2" {
+		t.Errorf("stopping: published %v, want cp2 alone", ips)
+	}
+}
