@@ -101,6 +101,9 @@ func apiserverAddrs(t *discovery.Topology) map[string]netip.Addr {
 	// An apiserver whose identity Lease names no address discovery accepts (apiservers before 1.36
 	// write none) is known by name only: only a --kubernetes-endpoints-cidr can admit its front.
 	for _, l := range t.Ignored {
+		if l.Reason != discovery.IgnoredNoAddress {
+			continue // contested, past --max-upstreams: no apiserver discovery vouches for
+		}
 		if name := strings.ToLower(l.Hostname); name != "" {
 			if _, ok := out[name]; !ok {
 				out[name] = netip.Addr{}

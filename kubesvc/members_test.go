@@ -242,7 +242,8 @@ func TestApiserverNames(t *testing.T) {
 		Unproven:  []discovery.Upstream{notReady("cp3", "cp3.example:6443")},
 		// A v1.35 apiserver's identity Lease names no address: known by name only; an ignored Lease
 		// never takes the address of an upstream of the same name.
-		Ignored: []discovery.IgnoredLease{{Lease: "kube-apiserver-x", Hostname: "CP4", Reason: "no address"}, {Lease: "kube-apiserver-y", Hostname: "cp1"}, {Lease: "kube-apiserver-z"}},
+		Ignored: []discovery.IgnoredLease{{Lease: "kube-apiserver-x", Hostname: "CP4", Reason: discovery.IgnoredNoAddress}, {Lease: "kube-apiserver-y", Hostname: "cp1", Reason: discovery.IgnoredNoAddress}, {Lease: "kube-apiserver-z", Reason: discovery.IgnoredNoAddress},
+			{Lease: "kube-apiserver-w", Hostname: "cp5", Reason: discovery.IgnoredContested}, {Lease: "kube-apiserver-v", Hostname: "cp6", Reason: discovery.IgnoredMaxUpstreams}},
 	})
 	want := map[string]netip.Addr{"cp1": netip.MustParseAddr("192.0.2.1"), "cp2": {}, "cp3": {}, "cp4": {}}
 	if !maps.Equal(got, want) {

@@ -136,6 +136,8 @@ var figures = []figure{
 	{e2e("TestInClusterClientsToday"), "lists `mutatingadmissionpolicies` %s times through the real kube-proxy", []arg{n(at("figures.requests"))}},
 	{e2e("TestInClusterClientsToday"), "**%s of %s (%s)** answered a wrong 404, the rest were served; %s other failures",
 		[]arg{n(at("figures.wrong_404")), n(same(at("figures.requests"), sum(at("figures.wrong_404"), at("figures.served"), at("figures.other_failures")))), pct(at("figures.wrong_404_share")), n(at("figures.other_failures"))}},
+	{e2e("TestInClusterClientsThroughFronts"), "(apiservers on `--endpoint-reconciler-type=%s`, member TTL %s s), then: one node's skewgate and data plane killed, a skewgate restarted under traffic, a rival writer for %s s (every %s s),",
+		[]arg{word1("figures.apiserver_reconciler"), n(at("figures.member_ttl_seconds")), n(at("figures.rival.window_seconds")), n(at("figures.rival.rival_interval_seconds"))}},
 	{e2e("TestInClusterClientsThroughFronts"), "the slice lists exactly both fronts %s s after the skewgates started (kube-proxy %s s later); **%s of %s** skewed lists answered a wrong 404, %s failures",
 		[]arg{fx(1, at("figures.takeover_seconds")), fx(2, at("figures.takeover_kube_proxy_seconds")), n(at("figures.steady.counts.wrong_404")),
 			n(same(at("figures.steady.requests"), total("figures.steady.counts"))), n(sum(at("figures.steady.counts.connection_errors"), at("figures.steady.counts.other_failures")))}},

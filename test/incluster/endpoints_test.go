@@ -208,9 +208,10 @@ func (r *sliceRecorder) emptyVersions() (empty []sliceVersion, seen int) {
 
 // fightWindow: a slice that goes back and forth three times between two sets of endpoints (A, B, A,
 // B, A) within this time is a write fight: writers that disagree and each write their own set
-// again. skewgate's members overwrite a member whose view differs at most once per 2s (a lasting
-// disagreement shows as A, B every 2s: A, B, A, B, A within 4s and a little), and yield to a rival
-// for 5s and more. One or two reversals can be legitimate: two members whose views differ for a
+// again without backing off. skewgate's members back off from overwriting a member whose view
+// differs (2s, doubling per streak), so a lasting disagreement between them reads A, B, A, B, A
+// over about 6s and is not caught here (skewgate counts it in skewgate_kubesvc_peer_overwrites_total
+// and logs an error); they yield to a rival for 5s and more. One or two reversals can be legitimate: two members whose views differ for a
 // moment (one overwrite each way), right after a change the test made; those are counted
 // (reversals) but not refused.
 const fightWindow = 5 * time.Second

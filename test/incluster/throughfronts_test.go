@@ -24,7 +24,7 @@ const (
 	takeoverBound = 30 * time.Second
 	// kubeProxyBound: from a slice version to kube-proxy's nat table programming it
 	// (--iptables-min-sync-period 1s by default).
-	kubeProxyBound = 3 * time.Second
+	kubeProxyBound = 5 * time.Second
 	// killSlack: what a dead member may take beyond the TTL to leave the slice (the survivor's
 	// informer and queue, one write, the recorder's watch).
 	killSlack = 3 * time.Second

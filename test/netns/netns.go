@@ -53,6 +53,11 @@ func Main(m *testing.M) {
 	os.Exit(reexec())
 }
 
+// Ready is nil once this process runs inside the namespace Main made and set up, else why not.
+// Code that changes the network (kube-proxy's iptables rules) checks it, never the marker alone: a
+// marker that leaked into a process on the host is not a namespace.
+func Ready() error { return setupErr }
+
 // Require fails the test unless it runs inside the namespace Main made.
 func Require(t testing.TB) {
 	t.Helper()

@@ -77,13 +77,16 @@ func TestServingSANs(t *testing.T) {
 }
 
 // TestKubeProxyRefusesHostNamespace: kube-proxy rewrites the nat table of the namespace it runs in,
-// so outside Network mode in the test's own namespace it is never started.
+// so outside Network mode in the test's own namespace it is never started; a marker that leaked
+// into a process netns.Main never set up is no namespace either.
 func TestKubeProxyRefusesHostNamespace(t *testing.T) {
-	t.Setenv(netns.Marker, "")
-	for _, cfg := range []Config{{}, {Network: netip.MustParsePrefix("198.18.0.0/24")}} {
-		tb := &Testbed{cfg: cfg, PKI: &PKI{}}
-		if _, err := tb.StartKubeProxy(t.Context(), KubeProxyOptions{NodeIP: netip.MustParseAddr("198.18.0.254")}); err == nil || !strings.Contains(err.Error(), "network namespace") {
-			t.Errorf("Network %v outside the namespace: want a refusal, got %v", cfg.Network, err)
+	for _, marker := range []string{"", "1"} {
+		t.Setenv(netns.Marker, marker)
+		for _, cfg := range []Config{{}, {Network: netip.MustParsePrefix("198.18.0.0/24")}} {
+			tb := &Testbed{cfg: cfg, PKI: &PKI{}}
+			if _, err := tb.StartKubeProxy(t.Context(), KubeProxyOptions{NodeIP: netip.MustParseAddr("198.18.0.254")}); err == nil || !strings.Contains(err.Error(), "network namespace") {
+				t.Errorf("Network %v, marker %q, namespace never set up: want a refusal, got %v", cfg.Network, marker, err)
+			}
 		}
 	}
 }

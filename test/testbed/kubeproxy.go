@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"syscall"
 	"time"
@@ -53,7 +52,7 @@ type KubeProxy struct {
 // own (test/netns) and outside Network mode: kube-proxy rewrites the nat table of the namespace it
 // runs in, and loopback endpoints are refused by validation anyway.
 func (tb *Testbed) StartKubeProxy(ctx context.Context, o KubeProxyOptions) (*KubeProxy, error) {
-	if os.Getenv(netns.Marker) == "" || !tb.cfg.Network.IsValid() {
+	if netns.Ready() != nil || !tb.cfg.Network.IsValid() {
 		return nil, errors.New("testbed: kube-proxy runs only in Network mode inside the test's own network namespace (test/netns)")
 	}
 	if o.Version == "" {
