@@ -8,6 +8,8 @@ import (
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/skewgate/skewgate/test/artifact"
 	"github.com/skewgate/skewgate/test/front"
@@ -31,6 +33,8 @@ const (
 	// stopBound: from SIGTERM to a stopping member's removal, and to the fallback once the last one
 	// stops (it removes itself before it exits: no TTL to wait out).
 	stopBound = 3 * time.Second
+	// namedRequests: lists of the client that verifies the front for kubernetes.default.svc.
+	namedRequests = 50
 )
 
 // TestInClusterClientsThroughFronts is TestInClusterClientsToday with the kubernetes-endpoints mode
@@ -39,15 +43,17 @@ const (
 // each node's skewgate (`skewgate serve --kubernetes-endpoints`, beside its apiserver and its data
 // plane) heartbeats a member Lease and writes the live fronts into both objects. The real kube-proxy
 // programs the ClusterIP from them, and the same in-cluster client makes the same skewed lists, each
-// on a new connection: none may meet a wrong 404. Then the failure modes, each against its bound:
-// a node killed, a skewgate restarted under traffic, a rival writer (an apiserver still on the lease
+// on a new connection: none may meet a wrong 404; nor may a client that verifies the fronts for
+// kubernetes.default.svc, as a client of that name does. Then the failure modes, each against its
+// bound: a node killed, a skewgate restarted under traffic, a front restarted under traffic (its
+// skewgate running), a rival writer (an apiserver still on the lease
 // reconciler), every skewgate stopped (fallback to the apiservers), one after the other and all at
 // once. A recorder watches the EndpointSlice from start to end: no version may be empty, and it may
 // never flap (A, B, A, B, A within fightWindow).
 func TestInClusterClientsThroughFronts(t *testing.T) {
 	c := startClusterWith(t, true)
 	rec := c.watchSlice(t)
-	_, cs := c.serviceAccountClient(t, "operators", "operator")
+	cfg, cs := c.serviceAccountClient(t, "operators", "operator")
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	figures := map[string]any{
@@ -95,9 +101,20 @@ func TestInClusterClientsThroughFronts(t *testing.T) {
 	}
 	versions := versionSplit(t, cs, 50)
 	figures["steady"].(map[string]any)["version_sample"] = versions
+	// A client of https://kubernetes.default.svc: the cluster's DNS answers the ClusterIP, and the
+	// client verifies the front's certificate for the name (the node's apiserver.crt carries it).
+	byName := rest.CopyConfig(cfg)
+	byName.TLSClientConfig.ServerName = testbed.ServingSNI
+	named := lists(ctx, t, kubernetes.NewForConfigOrDie(byName), namedRequests)
+	figures["by_name"] = map[string]any{"server_name": byName.TLSClientConfig.ServerName, "requests": namedRequests, "counts": named}
+	t.Logf("in-cluster client verifying %s through the ClusterIP and the fronts: %+v of %d", byName.TLSClientConfig.ServerName, named, namedRequests)
+	if named.Served != namedRequests {
+		t.Errorf("a client of https://%s through the fronts: %+v of %d, want every list served", byName.TLSClientConfig.ServerName, named, namedRequests)
+	}
 
 	figures["kill"] = c.killNode(ctx, t, rec, cs, nodes)
 	figures["skewgate_restart"] = c.restartSkewgate(ctx, t, rec, cs, nodes)
+	figures["front_restart"] = c.restartFront(ctx, t, rec, cs, nodes)
 	figures["rival"] = c.rivalWriter(ctx, t, rec, cs, nodes)
 	figures["stop"] = c.stopAll(ctx, t, rec, cs, nodes)
 	var leaving [2]time.Time
