@@ -157,8 +157,8 @@ func TestTestbedKubernetesEndpoints(t *testing.T) {
 	// Agreed: over two renewals (and the reconciles they trigger) neither member writes again, so
 	// the stored objects are exactly what they compute.
 	writes := func() float64 {
-		return counterOf(t, cp1.reg, "skewgate_kubesvc_writes_total", "updated") +
-			counterOf(t, cp2.reg, "skewgate_kubesvc_writes_total", "updated")
+		return counter(t, cp1.reg, "skewgate_kubesvc_writes_total", map[string]string{"result": "updated"}) +
+			counter(t, cp2.reg, "skewgate_kubesvc_writes_total", map[string]string{"result": "updated"})
 	}
 	// The last update's own reconcile: wait until the counters stop moving for a second.
 	var last float64
@@ -204,7 +204,7 @@ func TestTestbedKubernetesEndpoints(t *testing.T) {
 	}
 	rivalAt := time.Now()
 	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		return counterOf(t, cp1.reg, "skewgate_kubesvc_rival_writes_total", "") >= 1, nil
+		return counter(t, cp1.reg, "skewgate_kubesvc_rival_writes_total", nil) >= 1, nil
 	})
 	if err != nil {
 		t.Fatal("the rival write was not counted")
@@ -230,31 +230,6 @@ func TestTestbedKubernetesEndpoints(t *testing.T) {
 
 func formatSet(ips []string, port int32) string {
 	return strings.Join(ips, ",") + " port " + strconv.Itoa(int(port))
-}
-
-// counterOf is the value of the series of a counter whose only label (if any) has value label.
-func counterOf(t *testing.T, reg *prometheus.Registry, name, label string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			match := label == ""
-			for _, lp := range m.GetLabel() {
-				match = match || lp.GetValue() == label
-			}
-			if match {
-				sum += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return sum
 }
 
 // applyRBAC applies what `skewgate kubeadm rbac --kubernetes-endpoints` prints, as an admin would.
